@@ -1,0 +1,1 @@
+"""edgegw: an edge inference gateway speaking the OpenAI API."""

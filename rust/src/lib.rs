@@ -1,0 +1,229 @@
+//! edgegw's Rust core. The pure modules know nothing of Python; the `python` feature
+//! (turned on by maturin) adds the binding below, the only code that touches pyo3.
+
+pub mod error;
+pub mod json;
+pub mod request;
+pub mod sse;
+
+#[cfg(feature = "python")]
+mod binding {
+    use pyo3::create_exception;
+    use pyo3::exceptions::{PyTypeError, PyValueError};
+    use pyo3::prelude::*;
+    use pyo3::types::{PyBytes, PyTuple};
+
+    use crate::error::Rejection;
+    use crate::request::{self, Endpoint, Parsed};
+    use crate::sse;
+
+    create_exception!(
+        _core,
+        RequestError,
+        PyValueError,
+        "A request the gateway refuses: .status, .type, .code, .param, message in args[0]."
+    );
+
+    /// The one place a `Rejection` becomes a Python exception.
+    fn to_py(r: Rejection) -> PyErr {
+        Python::attach(|py| {
+            let err = RequestError::new_err(r.message());
+            let value = err.value(py);
+            let set = || -> PyResult<()> {
+                value.setattr("status", r.status())?;
+                value.setattr("type", r.error_type())?;
+                value.setattr("code", r.code())?;
+                value.setattr("param", r.param())?;
+                Ok(())
+            };
+            match set() {
+                Ok(()) => err,
+                Err(e) => e,
+            }
+        })
+    }
+
+    /// A validated chat or completions request, holding the body it was parsed from.
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct ParsedRequest {
+        body: Py<PyBytes>,
+        inner: Parsed,
+    }
+
+    #[pymethods]
+    impl ParsedRequest {
+        #[getter]
+        fn endpoint(&self) -> &'static str {
+            match self.inner.endpoint {
+                Endpoint::Chat => "chat",
+                Endpoint::Completions => "completions",
+            }
+        }
+        #[getter]
+        fn model(&self) -> &str {
+            &self.inner.model
+        }
+        #[getter]
+        fn stream(&self) -> bool {
+            self.inner.stream
+        }
+        #[getter]
+        fn include_usage(&self) -> bool {
+            self.inner.include_usage
+        }
+        #[getter]
+        fn n(&self) -> u32 {
+            self.inner.n
+        }
+        #[getter]
+        fn best_of(&self) -> Option<u32> {
+            self.inner.best_of
+        }
+        #[getter]
+        fn max_tokens(&self) -> Option<u32> {
+            self.inner.max_tokens
+        }
+        #[getter]
+        fn has_images(&self) -> bool {
+            self.inner.has_images
+        }
+        #[getter]
+        fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, &self.inner.fields)
+        }
+        #[getter]
+        fn features<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, &self.inner.features)
+        }
+        #[getter]
+        fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+            self.body.bind(py).clone()
+        }
+
+        /// Compact JSON for the upstream: `model` replaced, `omit` fields left out.
+        #[pyo3(signature = (model, omit = Vec::new()))]
+        fn upstream_body<'py>(
+            &self,
+            py: Python<'py>,
+            model: &str,
+            omit: Vec<String>,
+        ) -> Bound<'py, PyBytes> {
+            let omit: Vec<&str> = omit.iter().map(String::as_str).collect();
+            let out = self
+                .inner
+                .upstream_body(self.body.bind(py).as_bytes(), model, &omit);
+            PyBytes::new(py, &out)
+        }
+
+        fn __repr__(&self) -> String {
+            format!(
+                "ParsedRequest(endpoint={:?}, model={:?}, stream={}, fields={:?})",
+                self.endpoint(),
+                self.inner.model,
+                self.inner.stream,
+                self.inner.fields
+            )
+        }
+    }
+
+    fn parse_with(
+        body: &Bound<'_, PyAny>,
+        parse: fn(&[u8]) -> Result<Parsed, Rejection>,
+    ) -> PyResult<ParsedRequest> {
+        let bytes = body
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
+        let inner = parse(bytes.as_bytes()).map_err(to_py)?;
+        Ok(ParsedRequest {
+            body: bytes.clone().unbind(),
+            inner,
+        })
+    }
+
+    /// Parse and validate a `/v1/chat/completions` body.
+    #[pyfunction]
+    fn parse_chat_request(body: &Bound<'_, PyAny>) -> PyResult<ParsedRequest> {
+        parse_with(body, request::parse_chat)
+    }
+
+    /// Parse and validate a `/v1/completions` body.
+    #[pyfunction]
+    fn parse_completions_request(body: &Bound<'_, PyAny>) -> PyResult<ParsedRequest> {
+        parse_with(body, request::parse_completions)
+    }
+
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct SseEvent {
+        #[pyo3(get)]
+        event: Option<String>,
+        #[pyo3(get)]
+        data: Py<PyBytes>,
+        #[pyo3(get)]
+        id: Option<String>,
+        #[pyo3(get)]
+        retry: Option<u64>,
+        #[pyo3(get)]
+        is_done: bool,
+    }
+
+    #[pymethods]
+    impl SseEvent {
+        fn __repr__(&self, py: Python<'_>) -> String {
+            format!(
+                "SseEvent(event={:?}, data={:?}, id={:?}, retry={:?})",
+                self.event,
+                String::from_utf8_lossy(self.data.bind(py).as_bytes()),
+                self.id,
+                self.retry
+            )
+        }
+    }
+
+    /// Incremental SSE splitter: `feed(bytes) -> list[SseEvent]`, `finish() -> bool`.
+    #[pyclass(module = "edgegw._core")]
+    struct SseSplitter {
+        inner: sse::SseSplitter,
+    }
+
+    #[pymethods]
+    impl SseSplitter {
+        #[new]
+        #[pyo3(signature = (max_event_bytes = sse::DEFAULT_MAX_EVENT_BYTES))]
+        fn new(max_event_bytes: usize) -> Self {
+            SseSplitter {
+                inner: sse::SseSplitter::new(max_event_bytes),
+            }
+        }
+
+        fn feed(&mut self, py: Python<'_>, chunk: &[u8]) -> PyResult<Vec<SseEvent>> {
+            let events = self.inner.feed(chunk).map_err(to_py)?;
+            Ok(events
+                .into_iter()
+                .map(|e| SseEvent {
+                    is_done: e.is_done(),
+                    event: e.event,
+                    data: PyBytes::new(py, &e.data).unbind(),
+                    id: e.id,
+                    retry: e.retry,
+                })
+                .collect())
+        }
+
+        /// End of stream; true when an incomplete event was discarded.
+        fn finish(&mut self) -> bool {
+            self.inner.finish()
+        }
+    }
+
+    #[pymodule]
+    fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add("RequestError", m.py().get_type::<RequestError>())?;
+        m.add_class::<ParsedRequest>()?;
+        m.add_class::<SseEvent>()?;
+        m.add_class::<SseSplitter>()?;
+        m.add_function(wrap_pyfunction!(parse_chat_request, m)?)?;
+        m.add_function(wrap_pyfunction!(parse_completions_request, m)?)?;
+        m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,1256 @@
+//! Request bodies of `/v1/chat/completions` and `/v1/completions`: bytes in, a
+//! validated [`Parsed`] out, or one [`Rejection`].
+//!
+//! The allow-lists are tables of field → [`Rule`] ([`CHAT_FIELDS`], [`COMPLETIONS_FIELDS`]).
+//! Checks run in the reference gateway's order, so that a body with several faults
+//! reports the same one:
+//!   1. (completions only) the reject-list: `echo`, `suffix`, `logprobs`, `best_of`;
+//!   2. typed checks of the known fields, in table order;
+//!   3. fields the endpoint does not take (explicitly deprecated ones first by name,
+//!      all in alphabetical order), as `unsupported_field`;
+//!   4. structured fields (`response_format`, `tools`, `tool_choice`) and cross-field rules.
+//!
+//! JSON `null` counts as absent for every optional field. Nothing is re-serialised:
+//! [`Parsed::upstream_body`] writes the original member bytes back with a new `model`.
+
+use crate::error::Rejection;
+use crate::json::{self, Value};
+
+/// Largest `n` and `best_of` (the spec's [1, 128]).
+pub const MAX_CHOICES: i64 = 128;
+/// Most `logit_bias` entries; beyond it the map is a denial-of-service vector for the sampler.
+pub const MAX_LOGIT_BIAS_KEYS: usize = 1024;
+/// Most tools in one request.
+pub const MAX_TOOLS: usize = 64;
+const U32_MAX: i64 = u32::MAX as i64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Chat,
+    Completions,
+}
+
+/// How one top-level field is checked.
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    Model,
+    Messages,
+    Prompt,
+    Int {
+        min: i64,
+        max: i64,
+    },
+    Seed,
+    /// A finite number in a range; the flags say whether each bound is included.
+    Float {
+        min: f64,
+        min_incl: bool,
+        max: f64,
+        max_incl: bool,
+    },
+    Bool,
+    Str,
+    NonEmptyStr,
+    Object,
+    Stop,
+    N,
+    CompletionsN,
+    BestOf,
+    TopLogprobs,
+    LogitBias,
+    StreamOptions,
+    /// A string hint; a value of another type is ignored and not forwarded (reference behaviour).
+    Hint,
+    Enum(&'static [&'static str]),
+    /// Checked in phase 4.
+    Structured,
+}
+
+const F_PENALTY: Rule = Rule::Float {
+    min: -2.0,
+    min_incl: true,
+    max: 2.0,
+    max_incl: true,
+};
+
+/// The chat allow-list, in check order.
+const CHAT_FIELDS: &[(&str, Rule)] = &[
+    ("model", Rule::Model),
+    ("messages", Rule::Messages),
+    (
+        "max_completion_tokens",
+        Rule::Int {
+            min: 1,
+            max: U32_MAX,
+        },
+    ),
+    (
+        "max_tokens",
+        Rule::Int {
+            min: 1,
+            max: U32_MAX,
+        },
+    ),
+    (
+        "temperature",
+        Rule::Float {
+            min: 0.0,
+            min_incl: true,
+            max: f64::INFINITY,
+            max_incl: false,
+        },
+    ),
+    (
+        "top_p",
+        Rule::Float {
+            min: 0.0,
+            min_incl: false,
+            max: 1.0,
+            max_incl: true,
+        },
+    ),
+    ("stop", Rule::Stop),
+    ("frequency_penalty", F_PENALTY),
+    ("presence_penalty", F_PENALTY),
+    (
+        "top_k",
+        Rule::Int {
+            min: 1,
+            max: U32_MAX,
+        },
+    ),
+    (
+        "repetition_penalty",
+        Rule::Float {
+            min: 0.0,
+            min_incl: false,
+            max: 2.0,
+            max_incl: true,
+        },
+    ),
+    (
+        "min_tokens",
+        Rule::Int {
+            min: 0,
+            max: U32_MAX,
+        },
+    ),
+    ("chat_template_kwargs", Rule::Object),
+    ("n", Rule::N),
+    ("best_of", Rule::BestOf),
+    ("lora_adapter", Rule::NonEmptyStr),
+    ("user", Rule::Str),
+    ("safety_identifier", Rule::Str),
+    ("seed", Rule::Seed),
+    ("logprobs", Rule::Bool),
+    ("top_logprobs", Rule::TopLogprobs),
+    ("logit_bias", Rule::LogitBias),
+    ("prompt_cache_key", Rule::Hint),
+    ("routing_key", Rule::Hint),
+    ("stream", Rule::Bool),
+    ("stream_options", Rule::StreamOptions),
+    ("parallel_tool_calls", Rule::Bool),
+    (
+        "reasoning_effort",
+        Rule::Enum(&["none", "minimal", "low", "medium", "high", "xhigh"]),
+    ),
+    ("reasoning_format", Rule::Enum(&["raw", "parsed", "hidden"])),
+    ("response_format", Rule::Structured),
+    ("tools", Rule::Structured),
+    ("tool_choice", Rule::Structured),
+];
+
+/// Chat fields refused by name (OpenAI fields outside this gateway's contract).
+const CHAT_REJECTED: &[&str] = &[
+    "audio",
+    "function_call",
+    "functions",
+    "metadata",
+    "modalities",
+    "prediction",
+    "service_tier",
+    "store",
+    "verbosity",
+];
+
+const COMPLETIONS_FIELDS: &[(&str, Rule)] = &[
+    ("model", Rule::Model),
+    ("prompt", Rule::Prompt),
+    (
+        "max_tokens",
+        Rule::Int {
+            min: 1,
+            max: U32_MAX,
+        },
+    ),
+    (
+        "temperature",
+        Rule::Float {
+            min: 0.0,
+            min_incl: true,
+            max: f64::INFINITY,
+            max_incl: false,
+        },
+    ),
+    (
+        "top_p",
+        Rule::Float {
+            min: 0.0,
+            min_incl: false,
+            max: 1.0,
+            max_incl: true,
+        },
+    ),
+    ("stop", Rule::Stop),
+    ("frequency_penalty", F_PENALTY),
+    ("presence_penalty", F_PENALTY),
+    ("seed", Rule::Seed),
+    ("stream", Rule::Bool),
+    ("n", Rule::CompletionsN),
+];
+
+/// Checked before anything else on `/v1/completions`.
+const COMPLETIONS_REJECTED_FIRST: &[&str] = &["best_of", "echo", "logprobs", "suffix"];
+
+const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
+const MESSAGE_KEYS: &[&str] = &[
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "refusal",
+];
+
+/// A validated request. Owns no body bytes: spans index the body it was parsed from.
+#[derive(Debug, Clone)]
+pub struct Parsed {
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub n: u32,
+    pub best_of: Option<u32>,
+    /// `max_completion_tokens`, else `max_tokens`, when the client set one.
+    pub max_tokens: Option<u32>,
+    pub has_images: bool,
+    /// Top-level fields present with a non-null value, sorted (what a target must honour).
+    pub fields: Vec<&'static str>,
+    /// Value-level extensions a target must also honour (`response_format.regex`, ...).
+    pub features: Vec<&'static str>,
+    /// Members to forward: (name, start, end) into the body, in source order.
+    spans: Vec<(&'static str, usize, usize)>,
+}
+
+impl Parsed {
+    /// The request as compact JSON for an upstream: original member bytes, `model`
+    /// replaced by `model`, members named in `omit` left out.
+    pub fn upstream_body(&self, body: &[u8], model: &str, omit: &[&str]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(body.len() + 16);
+        out.push(b'{');
+        let mut first = true;
+        for &(name, start, end) in &self.spans {
+            if omit.contains(&name) {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            json::write_string(&mut out, name);
+            out.push(b':');
+            if name == "model" {
+                json::write_string(&mut out, model);
+            } else {
+                out.extend_from_slice(&body[start..end]);
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+pub fn parse_chat(body: &[u8]) -> Result<Parsed, Rejection> {
+    parse(body, Endpoint::Chat)
+}
+
+pub fn parse_completions(body: &[u8]) -> Result<Parsed, Rejection> {
+    parse(body, Endpoint::Completions)
+}
+
+fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
+    let members = json::parse_object_document(body)?;
+    let (table, rejected): (&[(&'static str, Rule)], &[&str]) = match endpoint {
+        Endpoint::Chat => (CHAT_FIELDS, CHAT_REJECTED),
+        Endpoint::Completions => (COMPLETIONS_FIELDS, &[]),
+    };
+    let get = |name: &str| members.iter().find(|m| m.key == name).map(|m| &m.value);
+    let present = |name: &str| get(name).is_some_and(|v| !v.is_null());
+
+    // 1. The completions reject-list comes before anything else.
+    if endpoint == Endpoint::Completions {
+        for &name in COMPLETIONS_REJECTED_FIRST {
+            if present(name) {
+                return Err(Rejection::unsupported(name));
+            }
+        }
+    }
+
+    let mut p = Parsed {
+        endpoint,
+        model: String::new(),
+        stream: false,
+        include_usage: false,
+        n: 1,
+        best_of: None,
+        max_tokens: None,
+        has_images: false,
+        fields: Vec::new(),
+        features: Vec::new(),
+        spans: Vec::with_capacity(members.len()),
+    };
+
+    // 2. Typed checks of known fields, in table order.
+    for &(name, rule) in table {
+        let value = get(name);
+        if matches!(rule, Rule::Structured) {
+            continue;
+        }
+        check_field(&mut p, name, rule, value)?;
+    }
+
+    // 3. Fields this endpoint does not take; deterministic: alphabetical.
+    let mut unknown: Vec<&str> = members
+        .iter()
+        .map(|m| m.key.as_ref())
+        .filter(|k| !table.iter().any(|(name, _)| name == k))
+        .collect();
+    if !unknown.is_empty() {
+        unknown.sort_unstable();
+        if let Some(name) = unknown.iter().find(|k| rejected.contains(k)) {
+            return Err(match *name {
+                "functions" | "function_call" => Rejection::unsupported_msg(
+                    *name,
+                    format!("'{name}' is deprecated by OpenAI and not supported; use 'tools'"),
+                ),
+                other => Rejection::unsupported(other),
+            });
+        }
+        return Err(Rejection::unsupported(unknown[0]));
+    }
+
+    // 4. Structured fields and cross-field rules.
+    if endpoint == Endpoint::Chat {
+        let rf = check_response_format(&mut p, get("response_format"))?;
+        let has_tools = check_tools(get("tools"))?;
+        check_tool_choice(get("tool_choice"), has_tools, rf)?;
+        if let Some(best_of) = p.best_of {
+            if p.stream {
+                return Err(Rejection::unsupported_msg(
+                    "best_of",
+                    "'best_of' is not supported with stream: true",
+                ));
+            }
+            if best_of < p.n {
+                return Err(Rejection::invalid(
+                    "best_of",
+                    "'best_of' must be greater than or equal to 'n'",
+                ));
+            }
+        }
+        if let (Some(top), false) = (
+            get("top_logprobs").and_then(Value::as_i64),
+            logprobs_on(get("logprobs")),
+        ) {
+            if top > 0 {
+                return Err(Rejection::invalid(
+                    "top_logprobs",
+                    "'top_logprobs' requires 'logprobs': true",
+                ));
+            }
+        }
+    }
+
+    // Record what is present and what is forwarded.
+    for m in &members {
+        let Some(&(name, rule)) = table.iter().find(|(n, _)| *n == m.key) else {
+            continue;
+        };
+        let ignored =
+            matches!(rule, Rule::Hint) && !matches!(m.value, Value::String(_) | Value::Null);
+        // safety_identifier is accepted and never forwarded, never logged.
+        if ignored || name == "safety_identifier" {
+            continue;
+        }
+        if !m.value.is_null() && !(name == "logit_bias" && is_empty_object(&m.value)) {
+            p.fields.push(name);
+        }
+        p.spans.push((name, m.start, m.end));
+    }
+    p.fields.sort_unstable();
+    Ok(p)
+}
+
+fn logprobs_on(v: Option<&Value>) -> bool {
+    matches!(v, Some(Value::Bool(true)))
+}
+
+fn is_empty_object(v: &Value) -> bool {
+    matches!(v, Value::Object(m) if m.is_empty())
+}
+
+fn check_field(
+    p: &mut Parsed,
+    name: &'static str,
+    rule: Rule,
+    value: Option<&Value>,
+) -> Result<(), Rejection> {
+    let v = match value {
+        None | Some(Value::Null) => {
+            return match rule {
+                Rule::Model => Err(Rejection::invalid("model", "field 'model' is required")),
+                Rule::Messages => Err(Rejection::invalid(
+                    "messages",
+                    "field 'messages' is required",
+                )),
+                Rule::Prompt => Err(Rejection::invalid("prompt", "field 'prompt' is required")),
+                _ => Ok(()),
+            };
+        }
+        Some(v) => v,
+    };
+    match rule {
+        Rule::Model => match v.as_str() {
+            Some(s) if !s.is_empty() => p.model = s.to_owned(),
+            _ => {
+                return Err(Rejection::invalid(
+                    name,
+                    "'model' must be a non-empty string",
+                ))
+            }
+        },
+        Rule::Messages => p.has_images = check_messages(v)?,
+        Rule::Prompt => check_prompt(v)?,
+        Rule::Int { min, max } => {
+            let n = int_in(name, v, min, max)?;
+            if name == "max_completion_tokens" || (name == "max_tokens" && p.max_tokens.is_none()) {
+                p.max_tokens = Some(n as u32);
+            }
+        }
+        Rule::Seed => {
+            if !v.is_integer() {
+                return Err(Rejection::invalid(name, "'seed' must be an integer"));
+            }
+            if v.as_i64().is_none() {
+                return Err(Rejection::invalid(
+                    name,
+                    "'seed' must fit in a signed 64-bit integer",
+                ));
+            }
+        }
+        Rule::Float {
+            min,
+            min_incl,
+            max,
+            max_incl,
+        } => {
+            let x = v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
+                Rejection::invalid(name, format!("'{name}' must be a finite number"))
+            })?;
+            let lo_ok = if min_incl { x >= min } else { x > min };
+            let hi_ok = if max_incl { x <= max } else { x < max };
+            if !(lo_ok && hi_ok) {
+                let lo = if min_incl { '[' } else { '(' };
+                let hi = if max_incl { ']' } else { ')' };
+                let range = if max.is_infinite() {
+                    format!("{lo}{min}, inf)")
+                } else {
+                    format!("{lo}{min}, {max}{hi}")
+                };
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be in {range}"),
+                ));
+            }
+        }
+        Rule::Bool => {
+            let Value::Bool(b) = v else {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be a boolean"),
+                ));
+            };
+            if name == "stream" {
+                p.stream = *b;
+            }
+        }
+        Rule::Str => {
+            if v.as_str().is_none() {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be a string"),
+                ));
+            }
+        }
+        Rule::NonEmptyStr => {
+            if v.as_str().is_none_or(str::is_empty) {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be a non-empty string"),
+                ));
+            }
+        }
+        Rule::Object => {
+            if !matches!(v, Value::Object(_)) {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be an object"),
+                ));
+            }
+        }
+        Rule::Stop => match v {
+            Value::String(_) => {}
+            Value::Array(items) if items.iter().all(|i| i.as_str().is_some()) => {}
+            _ => {
+                return Err(Rejection::invalid(
+                    name,
+                    "'stop' must be a string or an array of strings",
+                ))
+            }
+        },
+        Rule::N => {
+            if !v.is_integer() {
+                return Err(Rejection::invalid(name, "'n' must be a positive integer"));
+            }
+            match v.as_i64() {
+                Some(n) if n < 1 => {
+                    return Err(Rejection::invalid(name, "'n' must be a positive integer"))
+                }
+                Some(n) if n <= MAX_CHOICES => p.n = n as u32,
+                _ => {
+                    return Err(Rejection::invalid(
+                        name,
+                        format!("'n' must be in [1, {MAX_CHOICES}]"),
+                    ))
+                }
+            }
+        }
+        Rule::CompletionsN => {
+            if !v.is_integer() {
+                return Err(Rejection::invalid(name, "'n' must be a positive integer"));
+            }
+            match v.as_i64() {
+                Some(1) => {}
+                Some(n) if n < 1 => {
+                    return Err(Rejection::invalid(name, "'n' must be a positive integer"))
+                }
+                _ => {
+                    return Err(Rejection::unsupported_msg(
+                        name,
+                        "'n' > 1 is not supported on /v1/completions; use /v1/chat/completions",
+                    ))
+                }
+            }
+        }
+        Rule::BestOf => p.best_of = Some(int_in(name, v, 1, MAX_CHOICES)? as u32),
+        Rule::TopLogprobs => {
+            int_in(name, v, 0, 20)?;
+        }
+        Rule::LogitBias => check_logit_bias(v)?,
+        Rule::StreamOptions => {
+            let Value::Object(members) = v else {
+                return Err(Rejection::invalid(
+                    name,
+                    "'stream_options' must be an object",
+                ));
+            };
+            for (k, val) in members {
+                if k != "include_usage" {
+                    return Err(Rejection::unsupported(format!("stream_options.{k}")));
+                }
+                match val {
+                    Value::Bool(b) => p.include_usage = *b,
+                    Value::Null => {}
+                    _ => {
+                        return Err(Rejection::invalid(
+                            "stream_options.include_usage",
+                            "'stream_options.include_usage' must be a boolean",
+                        ))
+                    }
+                }
+            }
+        }
+        Rule::Hint => {}
+        Rule::Enum(allowed) => {
+            if !v.as_str().is_some_and(|s| allowed.contains(&s)) {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be one of {}", allowed.join(", ")),
+                ));
+            }
+        }
+        Rule::Structured => {}
+    }
+    Ok(())
+}
+
+fn int_in(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, Rejection> {
+    if !v.is_integer() {
+        return Err(Rejection::invalid(
+            name,
+            format!("'{name}' must be an integer"),
+        ));
+    }
+    match v.as_i64() {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(Rejection::invalid(
+            name,
+            format!("'{name}' must be in [{min}, {max}]"),
+        )),
+    }
+}
+
+fn check_prompt(v: &Value) -> Result<(), Rejection> {
+    match v {
+        Value::String(_) => Ok(()),
+        Value::Array(items) if items.len() == 1 && items[0].as_str().is_some() => Ok(()),
+        Value::Array(items) if items.len() > 1 && items.iter().all(|i| i.as_str().is_some()) => {
+            Err(Rejection::unsupported_msg(
+                "prompt",
+                "batched array prompts are not supported; send one prompt string",
+            ))
+        }
+        _ => Err(Rejection::invalid("prompt", "'prompt' must be a string")),
+    }
+}
+
+fn check_logit_bias(v: &Value) -> Result<(), Rejection> {
+    let Value::Object(members) = v else {
+        return Err(Rejection::invalid(
+            "logit_bias",
+            "'logit_bias' must be an object",
+        ));
+    };
+    if members.len() > MAX_LOGIT_BIAS_KEYS {
+        return Err(Rejection::invalid(
+            "logit_bias",
+            format!("'logit_bias' may have at most {MAX_LOGIT_BIAS_KEYS} entries"),
+        ));
+    }
+    for (key, bias) in members {
+        let key_ok = !key.is_empty()
+            && key.len() <= 19
+            && key.bytes().all(|b| b.is_ascii_digit())
+            && key.parse::<i64>().is_ok();
+        if !key_ok {
+            // The key is not echoed back: it is client bytes of any length.
+            return Err(Rejection::invalid(
+                "logit_bias",
+                "'logit_bias' keys must be non-negative integer token ids",
+            ));
+        }
+        let ok = bias
+            .as_f64()
+            .is_some_and(|b| b.is_finite() && (-100.0..=100.0).contains(&b));
+        if !ok {
+            return Err(Rejection::invalid(
+                format!("logit_bias.{key}"),
+                "'logit_bias' values must be numbers in [-100, 100]",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Returns whether any message carries an image part.
+fn check_messages(v: &Value) -> Result<bool, Rejection> {
+    let Value::Array(messages) = v else {
+        return Err(Rejection::invalid(
+            "messages",
+            "'messages' must be a non-empty array",
+        ));
+    };
+    if messages.is_empty() {
+        return Err(Rejection::invalid(
+            "messages",
+            "'messages' must be a non-empty array",
+        ));
+    }
+    let mut has_images = false;
+    for (i, m) in messages.iter().enumerate() {
+        let Value::Object(members) = m else {
+            return Err(Rejection::invalid(
+                format!("messages[{i}]"),
+                "each message must be an object",
+            ));
+        };
+        let role = match m.get("role").and_then(Value::as_str) {
+            Some(r) if ROLES.contains(&r) => r,
+            _ => {
+                return Err(Rejection::invalid(
+                    format!("messages[{i}].role"),
+                    format!("'role' must be one of {}", ROLES.join(", ")),
+                ))
+            }
+        };
+        for (k, _) in members {
+            if !MESSAGE_KEYS.contains(&k.as_ref()) {
+                return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
+            }
+        }
+        let field = |k: &str| m.get(k).filter(|v| !v.is_null());
+        if let Some(name) = field("name") {
+            if name.as_str().is_none() {
+                return Err(Rejection::invalid(
+                    format!("messages[{i}].name"),
+                    "'name' must be a string",
+                ));
+            }
+        }
+        if let Some(refusal) = field("refusal") {
+            if role != "assistant" || refusal.as_str().is_none() {
+                return Err(Rejection::invalid(
+                    format!("messages[{i}].refusal"),
+                    "'refusal' must be a string on an assistant message",
+                ));
+            }
+        }
+        let has_tool_calls = match field("tool_calls") {
+            None => false,
+            Some(calls) => {
+                if role != "assistant" {
+                    return Err(Rejection::invalid(
+                        format!("messages[{i}].tool_calls"),
+                        "'tool_calls' is allowed only on assistant messages",
+                    ));
+                }
+                check_tool_calls(i, calls)?;
+                true
+            }
+        };
+        match field("tool_call_id") {
+            Some(id) if role == "tool" => {
+                if id.as_str().is_none_or(str::is_empty) {
+                    return Err(Rejection::invalid(
+                        format!("messages[{i}].tool_call_id"),
+                        "'tool_call_id' must be a non-empty string",
+                    ));
+                }
+            }
+            Some(_) => {
+                return Err(Rejection::invalid(
+                    format!("messages[{i}].tool_call_id"),
+                    "'tool_call_id' is allowed only on tool messages",
+                ))
+            }
+            None if role == "tool" => {
+                return Err(Rejection::invalid(
+                    format!("messages[{i}].tool_call_id"),
+                    "tool messages require 'tool_call_id'",
+                ))
+            }
+            None => {}
+        }
+        match field("content") {
+            None if role == "assistant" && has_tool_calls => {}
+            None => {
+                return Err(Rejection::unsupported_msg(
+                    format!("messages[{i}].content"),
+                    "'content' is required unless an assistant message carries 'tool_calls'",
+                ))
+            }
+            Some(Value::String(_)) => {}
+            Some(Value::Array(parts)) if !parts.is_empty() => {
+                for (j, part) in parts.iter().enumerate() {
+                    has_images |= check_part(i, j, part)?;
+                }
+            }
+            Some(_) => {
+                return Err(Rejection::unsupported_msg(
+                    format!("messages[{i}].content"),
+                    "'content' must be a string or a non-empty array of content parts",
+                ))
+            }
+        }
+    }
+    Ok(has_images)
+}
+
+fn check_tool_calls(i: usize, calls: &Value) -> Result<(), Rejection> {
+    let at = |j: usize, tail: &str| format!("messages[{i}].tool_calls[{j}]{tail}");
+    let Value::Array(items) = calls else {
+        return Err(Rejection::invalid(
+            format!("messages[{i}].tool_calls"),
+            "'tool_calls' must be an array",
+        ));
+    };
+    if items.is_empty() {
+        return Err(Rejection::invalid(
+            format!("messages[{i}].tool_calls"),
+            "'tool_calls' must not be empty",
+        ));
+    }
+    for (j, call) in items.iter().enumerate() {
+        if !matches!(call, Value::Object(_)) {
+            return Err(Rejection::invalid(
+                at(j, ""),
+                "each tool call must be an object",
+            ));
+        }
+        if call
+            .get("id")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(Rejection::invalid(
+                at(j, ".id"),
+                "'id' must be a non-empty string",
+            ));
+        }
+        if call.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(Rejection::invalid(
+                at(j, ".type"),
+                "'type' must be \"function\"",
+            ));
+        }
+        let Some(f @ Value::Object(_)) = call.get("function") else {
+            return Err(Rejection::invalid(
+                at(j, ".function"),
+                "'function' must be an object",
+            ));
+        };
+        if f.get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(Rejection::invalid(
+                at(j, ".function.name"),
+                "'name' must be a non-empty string",
+            ));
+        }
+        if f.get("arguments").and_then(Value::as_str).is_none() {
+            return Err(Rejection::invalid(
+                at(j, ".function.arguments"),
+                "'arguments' must be a JSON string",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Returns whether the part is an image.
+fn check_part(i: usize, j: usize, part: &Value) -> Result<bool, Rejection> {
+    let path = |tail: &str| format!("messages[{i}].content[{j}]{tail}");
+    if !matches!(part, Value::Object(_)) {
+        return Err(Rejection::invalid(
+            path(""),
+            "each content part must be an object",
+        ));
+    }
+    let Some(kind) = part.get("type").and_then(Value::as_str) else {
+        return Err(Rejection::invalid(path(".type"), "'type' must be a string"));
+    };
+    match kind {
+        "text" | "input_text" => {
+            if part.get("text").and_then(Value::as_str).is_none() {
+                return Err(Rejection::invalid(path(".text"), "'text' must be a string"));
+            }
+            Ok(false)
+        }
+        "image_url" | "input_image" => {
+            match part.get("image_url") {
+                Some(Value::String(_)) if kind == "input_image" => {}
+                Some(obj @ Value::Object(_)) => {
+                    if obj.get("url").and_then(Value::as_str).is_none() {
+                        return Err(Rejection::invalid(
+                            path(".image_url.url"),
+                            "'url' must be a string",
+                        ));
+                    }
+                    match obj.get("detail") {
+                        None | Some(Value::Null) => {}
+                        Some(d)
+                            if d.as_str()
+                                .is_some_and(|d| ["auto", "low", "high"].contains(&d)) => {}
+                        Some(_) => {
+                            return Err(Rejection::invalid(
+                                path(".image_url.detail"),
+                                "'detail' must be one of auto, low, high",
+                            ))
+                        }
+                    }
+                }
+                _ => {
+                    return Err(Rejection::invalid(
+                        path(".image_url"),
+                        "'image_url' must be an object with a 'url'",
+                    ))
+                }
+            }
+            Ok(true)
+        }
+        _ => Err(Rejection::unsupported_msg(
+            path(".type"),
+            "unsupported content part type",
+        )),
+    }
+}
+
+/// The response_format type that constrains decoding, if any.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Constraint {
+    None,
+    Structured,
+}
+
+fn check_response_format(p: &mut Parsed, v: Option<&Value>) -> Result<Constraint, Rejection> {
+    let v = match v {
+        None | Some(Value::Null) => return Ok(Constraint::None),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => {
+            return Err(Rejection::invalid(
+                "response_format",
+                "'response_format' must be an object",
+            ))
+        }
+    };
+    let Some(kind) = v.get("type").filter(|t| !t.is_null()) else {
+        return Err(Rejection::invalid(
+            "response_format.type",
+            "'response_format.type' is required",
+        ));
+    };
+    match kind.as_str() {
+        Some("text") => Ok(Constraint::None),
+        Some("json_object") => Ok(Constraint::Structured),
+        Some("json_schema") => {
+            let ok = matches!(v.get("json_schema"), Some(js @ Value::Object(_))
+                if matches!(js.get("schema"), Some(Value::Object(_)))
+                && js.get("name").is_none_or(|n| n.as_str().is_some() || n.is_null())
+                && js.get("strict").is_none_or(|s| matches!(s, Value::Bool(_) | Value::Null)));
+            if !ok {
+                return Err(Rejection::invalid(
+                    "response_format.json_schema",
+                    "'json_schema' must be an object with an object 'schema'",
+                ));
+            }
+            Ok(Constraint::Structured)
+        }
+        Some("regex") => {
+            if v.get("regex").and_then(Value::as_str).is_none() {
+                return Err(Rejection::invalid(
+                    "response_format.regex",
+                    "'regex' must be a string",
+                ));
+            }
+            p.features.push("response_format.regex");
+            Ok(Constraint::Structured)
+        }
+        Some("grammar") => {
+            if v.get("grammar").and_then(Value::as_str).is_none() {
+                return Err(Rejection::invalid(
+                    "response_format.grammar",
+                    "'grammar' must be a string",
+                ));
+            }
+            match v.get("syntax") {
+                None | Some(Value::Null) => {}
+                Some(s) if matches!(s.as_str(), Some("ebnf" | "lark")) => {}
+                Some(_) => {
+                    return Err(Rejection::invalid(
+                        "response_format.syntax",
+                        "'syntax' must be ebnf or lark",
+                    ))
+                }
+            }
+            p.features.push("response_format.grammar");
+            Ok(Constraint::Structured)
+        }
+        Some(_) => Err(Rejection::unsupported_msg(
+            "response_format.type",
+            "unsupported response_format type",
+        )),
+        None => Err(Rejection::invalid(
+            "response_format.type",
+            "'response_format.type' must be a string",
+        )),
+    }
+}
+
+/// Returns whether tools were given.
+fn check_tools(v: Option<&Value>) -> Result<bool, Rejection> {
+    let items = match v {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_TOOLS => items,
+        Some(_) => {
+            return Err(Rejection::invalid(
+                "tools",
+                format!("'tools' must be a non-empty array of at most {MAX_TOOLS} tools"),
+            ))
+        }
+    };
+    for (i, tool) in items.iter().enumerate() {
+        let Value::Object(members) = tool else {
+            return Err(Rejection::invalid(
+                format!("tools[{i}]"),
+                "each tool must be an object",
+            ));
+        };
+        for (k, _) in members {
+            if k != "type" && k != "function" {
+                return Err(Rejection::unsupported(format!("tools[{i}].{k}")));
+            }
+        }
+        if tool.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(Rejection::invalid(
+                format!("tools[{i}].type"),
+                "'type' must be \"function\"",
+            ));
+        }
+        let Some(Value::Object(fmembers)) = tool.get("function") else {
+            return Err(Rejection::invalid(
+                format!("tools[{i}].function"),
+                "'function' must be an object",
+            ));
+        };
+        for (k, fv) in fmembers {
+            let ok = match k.as_ref() {
+                "name" => fv.as_str().is_some_and(|s| !s.is_empty()),
+                "description" => matches!(fv, Value::String(_) | Value::Null),
+                "parameters" => matches!(fv, Value::Object(_) | Value::Null),
+                "strict" => matches!(fv, Value::Bool(_) | Value::Null),
+                _ => return Err(Rejection::unsupported(format!("tools[{i}].function.{k}"))),
+            };
+            if !ok {
+                return Err(Rejection::invalid(
+                    format!("tools[{i}].function.{k}"),
+                    format!("bad value for '{k}'"),
+                ));
+            }
+        }
+        if !fmembers.iter().any(|(k, _)| k == "name") {
+            return Err(Rejection::invalid(
+                format!("tools[{i}].function.name"),
+                "'name' is required",
+            ));
+        }
+    }
+    Ok(true)
+}
+
+fn check_tool_choice(v: Option<&Value>, has_tools: bool, rf: Constraint) -> Result<(), Rejection> {
+    let forcing = match v {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::String(s)) => match s.as_ref() {
+            "auto" | "none" => false,
+            "required" => true,
+            _ => {
+                return Err(Rejection::invalid(
+                    "tool_choice",
+                    "'tool_choice' must be auto, none, required or a function",
+                ))
+            }
+        },
+        Some(obj @ Value::Object(_)) => {
+            let named = obj.get("type").and_then(Value::as_str) == Some("function")
+                && obj
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .is_some_and(|n| !n.is_empty());
+            if !named {
+                return Err(Rejection::invalid(
+                    "tool_choice",
+                    "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                ));
+            }
+            true
+        }
+        Some(_) => {
+            return Err(Rejection::invalid(
+                "tool_choice",
+                "'tool_choice' must be a string or an object",
+            ))
+        }
+    };
+    if !has_tools {
+        return Err(Rejection::invalid(
+            "tool_choice",
+            "'tool_choice' requires 'tools'",
+        ));
+    }
+    if forcing && rf == Constraint::Structured {
+        return Err(Rejection::invalid(
+            "tool_choice",
+            "a forcing 'tool_choice' cannot be combined with a structured 'response_format'",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"{"model":"openai/gpt-4o","messages":[{"role":"user","content":"hi"}]"#;
+
+    fn chat(extra: &str) -> Result<Parsed, Rejection> {
+        let body = if extra.is_empty() {
+            format!("{BASE}}}")
+        } else {
+            format!("{BASE},{extra}}}")
+        };
+        parse_chat(body.as_bytes())
+    }
+
+    fn err(extra: &str) -> (u16, &'static str, Option<String>) {
+        let e = chat(extra).expect_err(extra);
+        (e.status(), e.code(), e.param().map(str::to_owned))
+    }
+
+    #[test]
+    fn accepts_a_typical_request() {
+        let p = chat(
+            r#""temperature":0.2,"stream":true,"stream_options":{"include_usage":true},"n":2"#,
+        )
+        .unwrap();
+        assert_eq!(p.model, "openai/gpt-4o");
+        assert!(p.stream && p.include_usage);
+        assert_eq!(p.n, 2);
+        assert_eq!(
+            p.fields,
+            vec![
+                "messages",
+                "model",
+                "n",
+                "stream",
+                "stream_options",
+                "temperature"
+            ]
+        );
+    }
+
+    #[test]
+    fn value_rules() {
+        let cases: &[(&str, &str, &str)] = &[
+            (r#""temperature":-1"#, "invalid_request", "temperature"),
+            (r#""temperature":"hot""#, "invalid_request", "temperature"),
+            (r#""top_p":0"#, "invalid_request", "top_p"),
+            (r#""n":0"#, "invalid_request", "n"),
+            (r#""n":129"#, "invalid_request", "n"),
+            (r#""seed":1.5"#, "invalid_request", "seed"),
+            (r#""seed":9223372036854775808"#, "invalid_request", "seed"),
+            (
+                r#""best_of":2,"stream":true"#,
+                "unsupported_field",
+                "best_of",
+            ),
+            (r#""best_of":1,"n":2"#, "invalid_request", "best_of"),
+            (r#""top_logprobs":2"#, "invalid_request", "top_logprobs"),
+            (r#""logit_bias":{"-1":1}"#, "invalid_request", "logit_bias"),
+            (
+                r#""logit_bias":{"5":101}"#,
+                "invalid_request",
+                "logit_bias.5",
+            ),
+            (
+                r#""stream_options":{"x":1}"#,
+                "unsupported_field",
+                "stream_options.x",
+            ),
+            (
+                r#""response_format":{"type":"xml"}"#,
+                "unsupported_field",
+                "response_format.type",
+            ),
+            (
+                r#""response_format":{}"#,
+                "invalid_request",
+                "response_format.type",
+            ),
+            (r#""tool_choice":"auto""#, "invalid_request", "tool_choice"),
+            (r#""zeta":1,"alpha":2"#, "unsupported_field", "alpha"),
+            (r#""functions":[]"#, "unsupported_field", "functions"),
+            (
+                r#""temperature":-1,"zzz":1"#,
+                "invalid_request",
+                "temperature",
+            ),
+        ];
+        for &(extra, code, param) in cases {
+            assert_eq!(err(extra), (400, code, Some(param.to_string())), "{extra}");
+        }
+    }
+
+    #[test]
+    fn message_rules() {
+        let bad = |msgs: &str| {
+            let body = format!(r#"{{"model":"m","messages":{msgs}}}"#);
+            let e = parse_chat(body.as_bytes()).expect_err(msgs);
+            (e.code(), e.param().unwrap().to_owned())
+        };
+        assert_eq!(bad("[]"), ("invalid_request", "messages".into()));
+        assert_eq!(
+            bad(r#"[{"role":"bot","content":"x"}]"#),
+            ("invalid_request", "messages[0].role".into())
+        );
+        assert_eq!(
+            bad(r#"[{"role":"user","content":"x"},{"role":"user","content":[{"type":"audio"}]}]"#),
+            ("unsupported_field", "messages[1].content[0].type".into())
+        );
+        assert_eq!(
+            bad(r#"[{"role":"user"}]"#),
+            ("unsupported_field", "messages[0].content".into())
+        );
+        assert_eq!(
+            bad(r#"[{"role":"tool","content":"x"}]"#),
+            ("invalid_request", "messages[0].tool_call_id".into())
+        );
+        let ok = r#"{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"},{"role":"user","content":[{"type":"text","text":"t"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}"#;
+        assert!(parse_chat(ok.as_bytes()).unwrap().has_images);
+    }
+
+    #[test]
+    fn upstream_body_replaces_model_and_omits() {
+        let body = br#"{"model":"openai/gpt-4o", "messages":[{"role":"user","content":"hi"}], "safety_identifier":"u1", "top_k": 3}"#;
+        let p = parse_chat(body).unwrap();
+        let out = p.upstream_body(body, "gpt-4o", &["top_k"]);
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#
+        );
+    }
+
+    #[test]
+    fn completions_rules() {
+        let bad = |body: &str| {
+            let e = parse_completions(body.as_bytes()).expect_err(body);
+            (e.code(), e.param().map(str::to_owned))
+        };
+        assert_eq!(
+            bad(r#"{"model":"m","prompt":"p","echo":true,"temperature":-5}"#),
+            ("unsupported_field", Some("echo".into()))
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","prompt":["a","b"]}"#),
+            ("unsupported_field", Some("prompt".into()))
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","prompt":[]}"#),
+            ("invalid_request", Some("prompt".into()))
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","prompt":"p","n":2}"#),
+            ("unsupported_field", Some("n".into()))
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","prompt":"p","n":0}"#),
+            ("invalid_request", Some("n".into()))
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","prompt":"p","top_k":2}"#),
+            ("unsupported_field", Some("top_k".into()))
+        );
+        assert!(parse_completions(br#"{"model":"m","prompt":["one"],"max_tokens":5}"#).is_ok());
+    }
+}
