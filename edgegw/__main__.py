@@ -1,0 +1,122 @@
+"""`edgegw serve` and `edgegw demo` (also `python -m edgegw`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import MappingProxyType
+
+import trio
+
+from edgegw.settings import ProviderConfig, Settings, SettingsError
+
+DEMO_KEY = "demo-upstream-key"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edgegw", description="Edge inference gateway (OpenAI API).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--host", help="address to listen on (SERVER_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (SERVER_PORT, default 8080)")
+    serve.add_argument("--config", help="YAML/JSON file with settings (keys named like the environment variables)")
+    demo = sub.add_parser("demo", help="run the gateway in front of the built-in mock provider")
+    demo.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
+    demo.add_argument("--token-rate", type=float, default=20.0, help="mock tokens per second when streaming")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            settings = Settings.load(config_file=args.config, overrides={"host": args.host, "port": args.port})
+        else:
+            settings = Settings.load(overrides={"port": args.port})
+    except SettingsError as e:
+        print(f"edgegw: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "serve":
+            trio.run(_serve_until_signal, settings)
+        else:
+            trio.run(_demo, settings, args.token_rate)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _serve_until_signal(settings: Settings) -> None:
+    from edgegw.server import serve
+
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        nursery.start_soon(_set_on_signal, stop)
+        await serve(settings, shutdown_trigger=stop.wait)
+        nursery.cancel_scope.cancel()
+
+
+async def _demo(settings: Settings, token_rate: float) -> None:
+    from dataclasses import replace
+
+    from edgegw.mock import MockConfig, MockUpstream
+    from edgegw.providers import PROVIDERS
+    from edgegw.server import serve
+
+    mock = MockUpstream(MockConfig(token_rate=token_rate, tokens=24, api_key=DEMO_KEY))
+    async with trio.open_nursery() as nursery:
+        mock_port = await nursery.start(mock.serve, "127.0.0.1", 0)
+        providers = {"openai": ProviderConfig(PROVIDERS["openai"], f"http://127.0.0.1:{mock_port}/v1", DEMO_KEY)}
+        settings = replace(settings, providers=MappingProxyType(providers))
+        stop = trio.Event()
+        nursery.start_soon(_set_on_signal, stop)
+        async with trio.open_nursery() as gateway:
+            binds = await gateway.start(
+                lambda task_status: serve(settings, shutdown_trigger=stop.wait, task_status=task_status)
+            )
+            _print_examples(binds[0], mock_port)
+        # serve() has drained and returned; now the mock and the signal watcher go.
+        nursery.cancel_scope.cancel()
+
+
+async def _set_on_signal(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            stop.set()
+            return
+
+
+def _print_examples(base: str, mock_port: int) -> None:
+    print(
+        f"""
+edgegw demo: gateway on {base}, built-in mock provider on http://127.0.0.1:{mock_port}
+(the mock stands in for the 'openai' provider; no network and no keys needed)
+
+  curl -s {base}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{{"model": "openai/gpt-4o-mini", "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+  curl -sN {base}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{{"model": "openai/gpt-4o-mini", "stream": true, "messages": [{{"role": "user", "content": "Hello"}}]}}'
+
+  python - <<'PY'
+from openai import OpenAI
+client = OpenAI(base_url="{base}/v1", api_key="unused")
+print(client.chat.completions.create(model="openai/gpt-4o-mini",
+      messages=[{{"role": "user", "content": "Hello"}}]).choices[0].message.content)
+for chunk in client.chat.completions.create(model="openai/gpt-4o-mini", stream=True,
+      messages=[{{"role": "user", "content": "Hello"}}]):
+    print(chunk.choices[0].delta.content or "", end="", flush=True) if chunk.choices else None
+print()
+PY
+
+Ctrl-C to stop.""",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""The ASGI application: the route table and the single error boundary.
+
+The request pipeline, in order:
+  1. route by exact path, then method (404 / 405 in the envelope);
+  2. client authentication when `EDGEGW_API_KEYS` is set (every route but /health);
+  3. read the body under `SERVER_MAX_REQUEST_BODY_SIZE` (413);
+  4. parse and validate it in the Rust core (400 `invalid_request` / `unsupported_field`);
+  5. resolve the target from `?provider=` or the `provider/` model prefix (400 if unknown);
+  6. refuse fields the target cannot honour (400 `unsupported_field`);
+  7. forward the canonical body with the provider's credentials (never the client's),
+     relaying the answer (`streaming.forward`) or the SSE stream (`streaming.relay_sse`).
+
+Every exception ends here: `GatewayError`/`RequestError` become the envelope, anything
+else is logged with its traceback and answered with a generic 500.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+import trio
+
+from edgegw._core import RequestError, parse_chat_request, parse_completions_request
+from edgegw.errors import INTERNAL_ERROR_BODY, GatewayError, render_error
+from edgegw.providers import (
+    GATEWAY_ONLY_FIELDS,
+    OPENAI_CHAT_FIELDS,
+    OPENAI_COMPLETIONS_FIELDS,
+    PROVIDERS,
+    auth_headers,
+)
+from edgegw.settings import ProviderConfig, Settings
+from edgegw.streaming import Exchange, Receive, Send, forward, relay_sse
+from edgegw.upstream import Origin, UpstreamPool
+
+log = logging.getLogger("edgegw.app")
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+HEALTH_BODY = b'{"message":"OK"}'
+UNKNOWN_PROVIDER = (
+    "Unable to determine provider for model. Please specify a provider using the ?provider= "
+    "query parameter or use the provider/model format (e.g., openai/gpt-4)."
+)
+
+
+class ClientGone(Exception):
+    """The client disconnected before its request was read; there is nobody to answer."""
+
+
+Handler = Callable[["App", dict[str, Any], Receive, Send], Coroutine[Any, Any, None]]
+
+
+class Target:
+    """A resolved remote provider: where to send and with which credentials."""
+
+    __slots__ = ("config", "origin", "auth")
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self.origin = Origin.from_url(config.url)
+        self.auth = auth_headers(config.provider, config.key)
+
+
+class App:
+    def __init__(self, settings: Settings, pool: UpstreamPool) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
+        self._api_keys = settings.api_keys
+
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await _lifespan(receive, send)
+
+    async def _http(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        try:
+            methods = ROUTES.get(scope["path"])
+            if methods is None:
+                raise GatewayError(404, "not_found", "Requested route is not found")
+            handler = methods.get(scope["method"])
+            if handler is None:
+                allow = ", ".join(sorted(methods)).encode()
+                raise GatewayError(405, "method_not_allowed", "Method not allowed", headers=((b"allow", allow),))
+            if self._api_keys and scope["path"] != "/health":
+                self._authenticate(scope)
+            await handler(self, scope, receive, send)
+        except (GatewayError, RequestError) as e:
+            status, extra, body = render_error(e)
+            await _respond(send, status, body, extra)
+        except ClientGone:
+            return
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            await _respond(send, 500, INTERNAL_ERROR_BODY)
+
+    def _authenticate(self, scope: dict[str, Any]) -> None:
+        presented = None
+        for name, value in scope["headers"]:
+            if name == b"authorization" and value[:7].lower() == b"bearer ":
+                presented = value[7:].strip()
+            elif name == b"x-api-key":
+                presented = value.strip()
+        ok = False
+        if presented:
+            # Compare against every key, whatever matched, so timing tells nothing.
+            for key in self._api_keys:
+                ok |= hmac.compare_digest(presented, key)
+        if not ok:
+            raise GatewayError(
+                401,
+                "invalid_api_key",
+                "A valid API key is required: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+                headers=((b"www-authenticate", b"Bearer"),),
+            )
+
+    def resolve(self, model: str, scope: dict[str, Any]) -> tuple[Target, str]:
+        """(target, upstream model) from `?provider=` or the `provider/` prefix."""
+        query = scope.get("query_string", b"")
+        pid = None
+        if b"provider=" in query:
+            values = parse_qs(query.decode("latin-1")).get("provider")
+            if values:
+                pid = values[0].strip().lower()
+                prefix, sep, rest = model.partition("/")
+                if sep and prefix.lower() == pid:
+                    model = rest
+        if pid is None:
+            prefix, sep, rest = model.partition("/")
+            if sep and prefix.lower() in PROVIDERS:
+                pid, model = prefix.lower(), rest
+        if pid is None or pid not in PROVIDERS:
+            raise GatewayError(400, "unknown_provider", UNKNOWN_PROVIDER, param="model")
+        target = self.targets.get(pid)
+        if target is None:
+            provider = PROVIDERS[pid]
+            need = f"{pid.upper()}_API_URL" if provider.keyless else f"{pid.upper()}_API_KEY"
+            raise GatewayError(
+                400,
+                "provider_not_configured",
+                f"Provider '{pid}' is not configured on this gateway (set {need}).",
+                param="model",
+            )
+        if not model:
+            raise GatewayError(400, "invalid_request", "'model' names no model after the provider prefix", param="model")
+        return target, model
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _respond(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+    headers = JSON_HEADERS + list(extra) if extra else JSON_HEADERS
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def read_body(scope: dict[str, Any], receive: Receive, limit: int) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                declared = int(value)
+            except ValueError:
+                raise GatewayError(400, "invalid_request", "invalid Content-Length") from None
+            if declared > limit:
+                raise _too_large(limit)
+            break
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
+        if chunk:
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(413, "payload_too_large", f"request body exceeds {limit} bytes")
+
+
+def _unsupported_for_target(fields: tuple[str, ...], features: tuple[str, ...], allowed: frozenset[str]) -> None:
+    for name in fields:
+        if name not in allowed:
+            raise GatewayError(
+                400,
+                "unsupported_field",
+                f"'{name}' is not supported by the selected provider",
+                param=name,
+            )
+    for feature in features:
+        raise GatewayError(
+            400,
+            "unsupported_field",
+            f"'{feature.partition('.')[2]}' response formats are not supported by the selected provider",
+            param="response_format.type",
+        )
+
+
+async def _generation(
+    app: App, scope: dict[str, Any], receive: Receive, send: Send, *, chat: bool
+) -> None:
+    body = await read_body(scope, receive, app.settings.max_body_bytes)
+    req = parse_chat_request(body) if chat else parse_completions_request(body)
+    target, model = app.resolve(req.model, scope)
+    provider = target.config.provider
+    _unsupported_for_target(req.fields, req.features, OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETIONS_FIELDS)
+    omit = GATEWAY_ONLY_FIELDS + provider.omit_fields
+    path = provider.chat_path if chat else provider.completions_path
+    ex = Exchange(
+        origin=target.origin,
+        target=(target.origin.base_path + path).encode(),
+        headers=[
+            (b"content-type", b"application/json"),
+            (b"accept", b"text/event-stream" if req.stream else b"application/json"),
+            *target.auth,
+        ],
+        body=req.upstream_body(model, omit),
+    )
+    if req.stream:
+        outcome = await relay_sse(app.settings, app.pool, receive, send, ex)
+    else:
+        outcome = await forward(app.settings, app.pool, receive, send, ex)
+    if outcome.client_gone:
+        log.debug("client went away; upstream request to %s cancelled", provider.id)
+
+
+async def chat_completions(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    await _generation(app, scope, receive, send, chat=True)
+
+
+async def completions(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    await _generation(app, scope, receive, send, chat=False)
+
+
+async def health(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    await _respond(send, 200, HEALTH_BODY)
+
+
+async def list_models(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+    """Every configured provider's models, queried concurrently, each under its own
+    timeout; a slow or failing provider is left out rather than failing the list."""
+    results: dict[str, list[dict[str, Any]]] = {}
+
+    async def one(pid: str, target: Target) -> None:
+        with trio.move_on_after(app.settings.models_timeout_s):
+            try:
+                results[pid] = await _provider_models(app, target)
+            except GatewayError as e:
+                log.warning("listing models of %s failed: %s", pid, e.code)
+
+    async with trio.open_nursery() as nursery:
+        for pid, target in app.targets.items():
+            nursery.start_soon(one, pid, target)
+    data = [m for pid in app.targets if pid in results for m in results[pid]]
+    await _respond(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+
+async def _provider_models(app: App, target: Target) -> list[dict[str, Any]]:
+    provider = target.config.provider
+    resp = await app.pool.send(
+        target.origin,
+        b"GET",
+        (target.origin.base_path + provider.models_path).encode(),
+        [(b"accept", b"application/json"), *target.auth],
+    )
+    try:
+        payload = await resp.read(16 * 1024 * 1024)
+    finally:
+        await resp.aclose()
+    if resp.status != 200:
+        raise GatewayError(502, "upstream_error", "model listing failed")
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise GatewayError(502, "bad_upstream_response", "model listing is not JSON") from None
+    items = doc.get("data") or doc.get("models") or doc.get("result") or [] if isinstance(doc, dict) else []
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        mid = item.get("id") or item.get("name")
+        if not isinstance(mid, str):
+            continue
+        out.append(
+            {
+                "id": f"{provider.id}/{mid}",
+                "object": "model",
+                "created": item.get("created") if isinstance(item.get("created"), int) else 0,
+                "owned_by": item.get("owned_by") if isinstance(item.get("owned_by"), str) else provider.id,
+                "served_by": provider.id,
+            }
+        )
+    return out
+
+
+ROUTES: dict[str, dict[str, Handler]] = {
+    "/health": {"GET": health},
+    "/v1/chat/completions": {"POST": chat_completions},
+    "/v1/completions": {"POST": completions},
+    "/v1/models": {"GET": list_models},
+}

@@ -1,0 +1,662 @@
+"""A mock OpenAI-compatible upstream: raw Trio + h11, no network beyond loopback, no keys.
+
+It backs `edgegw demo`, the benchmarks (so it is a bare h11 loop, not an ASGI server: one
+``h11.Connection`` per socket reused with ``start_next_cycle()``, keep-alive, ``TCP_NODELAY``) and
+the tests (it records every request and can be scripted to fail).
+
+Endpoints:
+
+    POST /v1/chat/completions   chat.completion / chat.completion.chunk
+    POST /v1/completions        text_completion
+    GET  /v1/models             mock-small, mock-large
+    GET  /health                {"status": "ok"}
+
+Anything else is a 404 (405 for a known path with another method), a body that is not a JSON
+object is a 400, a body over ``MAX_BODY_BYTES`` a 413, all in the OpenAI error envelope
+``{"error": {"message", "type", "param", "code"}}``. When ``MockConfig.api_key`` is set, every
+``/v1/`` path wants ``Authorization: Bearer <key>`` (401 otherwise).
+
+Completions honour ``model`` (echoed back), ``n`` (1..128), ``stream``,
+``stream_options.include_usage`` and ``max_tokens`` / ``max_completion_tokens`` (a cap on
+``MockConfig.tokens``; ``finish_reason`` is "length" when the cap cut the answer, else "stop").
+Token ``i`` of choice ``j`` is ``WORDS[(i + j) % len(WORDS)]``, words joined by single spaces, so
+every answer is predictable and choices differ. A list ``prompt`` still gives ``n`` choices (not
+one set per prompt). Streams send, per choice, a role chunk (chat only), content chunks of
+``chunk_tokens`` tokens interleaved across choices, a finish chunk; then a usage chunk with
+``choices: []`` if asked for (and ``"usage": null`` on every other chunk, as OpenAI does), then
+``data: [DONE]``. With ``token_rate`` > 0 each content step first sleeps ``tokens / token_rate``.
+
+Scripted failures, chosen by the request's ``model``:
+
+    mock-error-<status>          answer <status> (400..599) with an error envelope; 429 adds
+                                 ``Retry-After: 7``.
+    mock-break-after-<k>         with ``stream: true``: the head, the role chunks, k content chunks
+                                 per choice, then close the socket: no finish chunk, no [DONE], no
+                                 chunked terminator. (A FIN, not an RST, so the client still reads
+                                 the k chunks.) Without ``stream`` it answers normally.
+    mock-hang                    never answer; the request ends when the client goes away.
+    mock-slow-first-byte-<ms>    wait <ms> before the head, instead of ``latency_s``.
+
+Scripted errors answer at once. Otherwise ``latency_s`` delays every completion head, and
+``error_rate`` turns a deterministic share of the valid, unscripted completion requests into
+``error_status`` answers: an accumulator adds ``error_rate`` per request and fails the request
+that takes it to 1 (0.25 fails every 4th; the latency still applies).
+
+While a response is delayed, hangs or streams, a watcher task reads the socket: end of file
+(the client closed) cancels the response, and bytes of a pipelined next request are handed to
+h11 for later. A write to a closed socket also ends the response.
+``stream_disconnects`` counts the ``stream: true`` requests that ended that way before their
+last byte was sent. A client that half-closes its side after sending a request is treated as
+gone. ``requests`` holds the last ``MAX_RECORDED`` requests, recorded before they are answered.
+
+Run standalone: ``python -m edgegw.mock --port 9000 --token-rate 50 --tokens 16``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import logging
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from http import HTTPStatus
+from typing import Any
+
+import h11
+import orjson
+import trio
+
+log = logging.getLogger(__name__)
+
+# OpenAI rejects bodies well below this; anything larger is a client bug, and the cap bounds what
+# one connection can make the mock hold in memory.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+# One read per receive_some: a typical request (< 2 KiB) arrives whole, a large one in few reads.
+RECEIVE_BYTES = 64 * 1024
+# Enough history for any test, bounded so a benchmark sending millions of requests stays small.
+MAX_RECORDED = 1000
+# OpenAI's own upper bound on `n`.
+MAX_CHOICES = 128
+# Distinctive, so a test can tell the upstream's header was relayed rather than invented.
+RETRY_AFTER_S = 7
+# `created` of the listed models: fixed, so /v1/models is byte-for-byte stable.
+MODEL_CREATED = 1_700_000_000
+MODELS = ("mock-small", "mock-large")
+WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while",
+         "edge", "gateways", "stream", "tokens", "to", "clients")  # fmt: skip
+
+# status -> (type, code) of the error envelope, after OpenAI's; other statuses fall back by class.
+_ERROR_KINDS = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", "permission_denied"),
+    404: ("invalid_request_error", "not_found"),
+    405: ("invalid_request_error", "method_not_allowed"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("requests", "rate_limit_exceeded"),
+    500: ("server_error", "internal_error"),
+    502: ("server_error", "bad_gateway"),
+    503: ("server_error", "overloaded"),
+    504: ("server_error", "timeout"),
+}
+_JSON = (b"content-type", b"application/json")
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_DONE = b"data: [DONE]\n\n"
+_MODELS_BODY = orjson.dumps(
+    {
+        "object": "list",
+        "data": [
+            {"id": m, "object": "model", "created": MODEL_CREATED, "owned_by": "edgegw-mock"}
+            for m in MODELS
+        ],
+    }
+)
+_HEALTH_BODY = orjson.dumps({"status": "ok"})
+
+
+@dataclass(frozen=True)
+class MockConfig:
+    latency_s: float = 0.0  # delay before the response head (time to first byte)
+    token_rate: float = 0.0  # generated tokens per second when streaming; 0 = as fast as possible
+    tokens: int = 16  # completion tokens per choice (max_tokens / max_completion_tokens caps it)
+    chunk_tokens: int = 1  # tokens per SSE chunk
+    error_rate: float = 0.0  # share of completions answered with error_status, deterministic
+    error_status: int = 500
+    api_key: str | None = None  # when set, require `Authorization: Bearer <key>` on /v1/
+
+    def __post_init__(self) -> None:
+        if not self.latency_s >= 0:
+            raise ValueError("latency_s must be >= 0")
+        if not self.token_rate >= 0:
+            raise ValueError("token_rate must be >= 0")
+        if self.tokens < 0:
+            raise ValueError("tokens must be >= 0")
+        if self.chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be >= 1")
+        if not 0 <= self.error_rate <= 1:
+            raise ValueError("error_rate must be within [0, 1]")
+        if not 400 <= self.error_status <= 599:
+            raise ValueError("error_status must be within 400..599")
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str  # including the query string
+    headers: dict[str, str]  # lower-cased names, last value wins
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Sse:
+    """One stream, fully decided before its head is sent."""
+
+    chat: bool
+    head: dict[str, Any]  # id, object, created, model: shared by every chunk
+    n: int
+    tokens: int
+    finish_reason: str
+    usage: dict[str, int] | None  # set when the client asked for include_usage
+    chunk_tokens: int
+    token_rate: float
+    break_after: int | None  # mock-break-after-<k>
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    """What to answer one request with, decided before anything is sent."""
+
+    status: int
+    body: bytes = b""  # the JSON body, unless sse is set
+    headers: tuple[tuple[bytes, bytes], ...] = ()
+    delay_s: float = 0.0  # before the head
+    hang: bool = False
+    sse: _Sse | None = None
+
+
+class MockUpstream:
+    """State shared by the server and the tests that drive it."""
+
+    def __init__(self, config: MockConfig = MockConfig()) -> None:  # noqa: B008 (frozen)
+        self.config = config  # tests may replace it between requests
+        self.requests: list[RecordedRequest] = []
+        self.stream_disconnects = 0
+        self.open_connections = 0
+        self.port = 0
+        self._served = 0  # ids of completions
+        self._error_debt = 0.0  # the error_rate accumulator
+        self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], _Reply]] = {
+            ("POST", "/v1/chat/completions"): partial(self._answer_completion, True),
+            ("POST", "/v1/completions"): partial(self._answer_completion, False),
+            ("GET", "/v1/models"): lambda _h, _b: _Reply(200, _MODELS_BODY),
+            ("GET", "/health"): lambda _h, _b: _Reply(200, _HEALTH_BODY),
+        }
+        self._paths = {path for _, path in self._routes}
+
+    async def serve(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen and serve forever; task_status.started(port) once listening.
+
+        Give an IP address: with port 0, a name resolving to several addresses would get one
+        port per address, and only the first is reported.
+        """
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started(self.port)
+        await trio.serve_listeners(self._serve_connection, listeners)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        # trio's SocketStream sets this already; the benchmarks depend on it, so say it here too.
+        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
+        self.open_connections += 1
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while await self._serve_request(stream, conn):
+                conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            await _send_quietly(stream, conn, exc.error_status_hint, "malformed HTTP request")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except Exception:
+            log.exception("mock upstream: unexpected error, closing the connection")
+            await _send_quietly(stream, conn, 500, "internal error in the mock")
+        finally:
+            self.open_connections -= 1
+            await stream.aclose()
+
+    async def _serve_request(self, stream: trio.SocketStream, conn: h11.Connection) -> bool:
+        """Read one request and answer it; return whether the connection can serve another."""
+        event = await _next_event(stream, conn)
+        if not isinstance(event, h11.Request):
+            return False  # the client closed between requests
+        method = event.method.decode("ascii")
+        target = event.target.decode("latin-1")
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
+        body = await _read_body(stream, conn, headers)
+        self._record(RecordedRequest(method, target, headers, body or b""))
+        if body is None:
+            await stream.send_all(_render(conn, method, _error(413, "body too large"), close=True))
+            return False
+        reply = self._route(method, target.partition("?")[0], headers, body)
+        if not reply.delay_s and not reply.hang and reply.sse is None:
+            await stream.send_all(_render(conn, method, reply))
+        elif not await self._deliver_watched(stream, conn, method, reply):
+            return False
+        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+
+    def _record(self, request: RecordedRequest) -> None:
+        if len(self.requests) >= MAX_RECORDED:
+            del self.requests[: len(self.requests) - MAX_RECORDED + 1]
+        self.requests.append(request)
+
+    def _route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> _Reply:
+        answer = self._routes.get((method, path))
+        if answer is None:
+            if path in self._paths:
+                return _error(405, f"{method} is not allowed on {path}")
+            return _error(404, f"unknown path {path}")
+        key = self.config.api_key
+        if key is not None and path.startswith("/v1/"):
+            given = headers.get("authorization", "").encode("latin-1")
+            if not hmac.compare_digest(given, b"Bearer " + key.encode("latin-1")):
+                return _error(401, "missing or wrong API key")
+        return answer(headers, body)
+
+    def _answer_completion(self, chat: bool, headers: dict[str, str], body: bytes) -> _Reply:
+        config = self.config  # one snapshot per request: tests replace it between requests
+        try:
+            payload = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return _error(400, "request body is not valid JSON", code="invalid_json")
+        if not isinstance(payload, dict):
+            return _error(400, "request body must be a JSON object", code="invalid_json")
+        model = payload.get("model", MODELS[0])
+        if not isinstance(model, str):
+            return _error(400, "model must be a string", param="model")
+        n = payload.get("n", 1)
+        if n is None:
+            n = 1
+        if not _is_int(n) or not 1 <= n <= MAX_CHOICES:
+            return _error(400, f"n must be an integer in 1..{MAX_CHOICES}", param="n")
+        cap_name = "max_completion_tokens" if "max_completion_tokens" in payload else "max_tokens"
+        cap = payload.get(cap_name)
+        if cap is not None and (not _is_int(cap) or cap < 0):
+            return _error(400, f"{cap_name} must be a non-negative integer", param=cap_name)
+        stream = payload.get("stream") is True
+
+        delay_s, hang, break_after = config.latency_s, False, None
+        script = _parse_script(model)
+        if script is not None:
+            kind, arg = script
+            if kind == "error":
+                if not 400 <= arg <= 599:
+                    return _error(400, "mock-error-<status> wants 400..599", param="model")
+                return _error(arg, f"scripted failure ({model})")
+            if kind == "invalid":
+                return _error(400, f"malformed mock script {model!r}", param="model")
+            hang = kind == "hang"
+            if kind == "slow":
+                delay_s = arg / 1000
+            if kind == "break" and stream:
+                break_after = arg
+        elif config.error_rate:
+            self._error_debt += config.error_rate
+            if self._error_debt >= 1 - 1e-9:  # the epsilon absorbs float drift (10 x 0.1 < 1)
+                self._error_debt -= 1
+                failed = _error(config.error_status, "injected failure (error_rate)")
+                return _Reply(failed.status, failed.body, failed.headers, delay_s=delay_s)
+
+        tokens = config.tokens if cap is None else min(config.tokens, cap)
+        finish_reason = "length" if tokens < config.tokens else "stop"
+        prompt_tokens = _count_prompt_words(payload, chat)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": tokens * n,
+            "total_tokens": prompt_tokens + tokens * n,
+        }
+        self._served += 1
+        head = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-mock{self._served}",
+            "object": ("chat.completion.chunk" if stream else "chat.completion")
+            if chat
+            else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+        if stream:
+            options = payload.get("stream_options")
+            include_usage = isinstance(options, dict) and options.get("include_usage") is True
+            sse = _Sse(
+                chat,
+                head,
+                n,
+                tokens,
+                finish_reason,
+                usage if include_usage else None,
+                config.chunk_tokens,
+                config.token_rate,
+                break_after,
+            )
+            return _Reply(200, delay_s=delay_s, hang=hang, sse=sse)
+        choices = [
+            {
+                "index": j,
+                "message": {"role": "assistant", "content": _text(0, tokens, j), "refusal": None},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+            if chat
+            else {
+                "text": _text(0, tokens, j),
+                "index": j,
+                "logprobs": None,
+                "finish_reason": finish_reason,
+            }
+            for j in range(n)
+        ]
+        body_out = orjson.dumps({**head, "choices": choices, "usage": usage})
+        return _Reply(200, body_out, delay_s=delay_s, hang=hang)
+
+    async def _deliver_watched(
+        self, stream: trio.SocketStream, conn: h11.Connection, method: str, reply: _Reply
+    ) -> bool:
+        """Deliver a reply that waits or streams, watching for the client going away.
+
+        Return whether the connection stays usable: False when the client left, or the script
+        broke the stream on purpose.
+        """
+        complete: bool | None = None  # stays None if the client went away first
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                pipelined = 0
+                while pipelined <= MAX_BODY_BYTES:  # then stop reading: back-pressure the client
+                    try:
+                        data = await stream.receive_some(RECEIVE_BYTES)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        data = b""
+                    if not data:
+                        nursery.cancel_scope.cancel()
+                        return
+                    conn.receive_data(data)  # a pipelined next request: h11 keeps it for later
+                    pipelined += len(data)
+
+            nursery.start_soon(watch)
+            try:
+                complete = await _send_reply(stream, conn, method, reply)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            nursery.cancel_scope.cancel()
+        if complete is None and reply.sse is not None:
+            self.stream_disconnects += 1
+        return bool(complete)
+
+
+async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        if conn.they_are_waiting_for_100_continue:
+            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100)) or b"")
+        conn.receive_data(await stream.receive_some(RECEIVE_BYTES))
+
+
+async def _read_body(
+    stream: trio.SocketStream, conn: h11.Connection, headers: dict[str, str]
+) -> bytes | None:
+    """The request body, or None when it is over MAX_BODY_BYTES (the rest is left unread)."""
+    if int(headers.get("content-length", "0")) > MAX_BODY_BYTES:
+        return None  # h11 has already checked that the header is all digits
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        event = await _next_event(stream, conn)
+        if isinstance(event, h11.Data):
+            size += len(event.data)
+            if size > MAX_BODY_BYTES:
+                return None
+            parts.append(event.data)
+        elif isinstance(event, h11.EndOfMessage):
+            return b"".join(parts)
+        else:  # ConnectionClosed mid-body makes h11 raise; nothing else can come here
+            raise h11.RemoteProtocolError("request body ended early")
+
+
+async def _send_reply(
+    stream: trio.SocketStream, conn: h11.Connection, method: str, reply: _Reply
+) -> bool:
+    """Wait, then send; return False when a script broke the stream on purpose."""
+    if reply.delay_s:
+        await trio.sleep(reply.delay_s)
+    if reply.hang:
+        await trio.sleep_forever()
+    sse = reply.sse
+    if sse is None:
+        await stream.send_all(_render(conn, method, reply))
+        return True
+    head = h11.Response(status_code=200, headers=_SSE_HEADERS, reason=b"OK")
+    await stream.send_all(conn.send(head) or b"")
+    for delay_s, event in _sse_events(sse):
+        if delay_s:
+            await trio.sleep(delay_s)
+        await stream.send_all(conn.send(h11.Data(data=event)) or b"")
+    if sse.break_after is not None:
+        return False
+    await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+    return True
+
+
+def _sse_events(sse: _Sse) -> Iterator[tuple[float, bytes]]:
+    """(sleep first, `data: ...` event) pairs of one stream, in order."""
+    tail = {"usage": None} if sse.usage is not None else {}
+
+    def event(choices: list[dict[str, Any]]) -> bytes:
+        return b"data: " + orjson.dumps({**sse.head, "choices": choices, **tail}) + b"\n\n"
+
+    if sse.chat:
+        for j in range(sse.n):
+            delta = {"role": "assistant", "content": ""}
+            yield (
+                0.0,
+                event([{"index": j, "delta": delta, "logprobs": None, "finish_reason": None}]),
+            )
+    for step, start in enumerate(range(0, sse.tokens, sse.chunk_tokens)):
+        if step == sse.break_after:
+            return
+        stop = min(start + sse.chunk_tokens, sse.tokens)
+        delay_s = (stop - start) / sse.token_rate if sse.token_rate else 0.0
+        for j in range(sse.n):
+            text = _text(start, stop, j)
+            choice = (
+                {"index": j, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+                if sse.chat
+                else {"text": text, "index": j, "logprobs": None, "finish_reason": None}
+            )
+            yield (delay_s if j == 0 else 0.0), event([choice])
+    if sse.break_after is not None:
+        return
+    for j in range(sse.n):
+        choice = (
+            {"index": j, "delta": {}, "logprobs": None, "finish_reason": sse.finish_reason}
+            if sse.chat
+            else {"text": "", "index": j, "logprobs": None, "finish_reason": sse.finish_reason}
+        )
+        yield 0.0, event([choice])
+    if sse.usage is not None:
+        yield (
+            0.0,
+            b"data: " + orjson.dumps({**sse.head, "choices": [], "usage": sse.usage}) + b"\n\n",
+        )
+    yield 0.0, _DONE
+
+
+def _render(conn: h11.Connection, method: str, reply: _Reply, *, close: bool = False) -> bytes:
+    """A whole JSON response as bytes (no body for HEAD)."""
+    headers = [_JSON, (b"content-length", b"%d" % len(reply.body)), *reply.headers]
+    if close:
+        headers.append((b"connection", b"close"))
+    out = (
+        conn.send(
+            h11.Response(status_code=reply.status, headers=headers, reason=_reason(reply.status))
+        )
+        or b""
+    )
+    if method != "HEAD":
+        out += conn.send(h11.Data(data=reply.body)) or b""
+    return out + (conn.send(h11.EndOfMessage()) or b"")
+
+
+async def _send_quietly(
+    stream: trio.SocketStream, conn: h11.Connection, status: int, message: str
+) -> None:
+    """Best effort error answer on a connection about to close."""
+    # IDLE too: h11 lets a server answer a request line it could not parse.
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    try:
+        await stream.send_all(_render(conn, "GET", _error(status, message), close=True))
+    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
+        pass
+
+
+def _error(
+    status: int, message: str, *, code: str | None = None, param: str | None = None
+) -> _Reply:
+    kind, default_code = _ERROR_KINDS.get(
+        status,
+        ("server_error", "mock_error")
+        if status >= 500
+        else ("invalid_request_error", "mock_error"),
+    )
+    body = orjson.dumps(
+        {
+            "error": {
+                "message": f"mock upstream: {message}",
+                "type": kind,
+                "param": param,
+                "code": code or default_code,
+            }
+        }
+    )
+    headers = ((b"retry-after", b"%d" % RETRY_AFTER_S),) if status == 429 else ()
+    return _Reply(status, body, headers)
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode("ascii")
+    except ValueError:
+        return b""
+
+
+def _parse_script(model: str) -> tuple[str, int] | None:
+    """("error"|"break"|"slow"|"hang"|"invalid", number) for a scripted model, else None."""
+    if model == "mock-hang":
+        return "hang", 0
+    for prefix, kind in (
+        ("mock-error-", "error"),
+        ("mock-break-after-", "break"),
+        ("mock-slow-first-byte-", "slow"),
+    ):
+        if model.startswith(prefix):
+            suffix = model[len(prefix) :]
+            if suffix.isascii() and suffix.isdigit():
+                return kind, int(suffix)
+            return "invalid", 0
+    return None
+
+
+def _text(start: int, stop: int, choice: int) -> str:
+    """Tokens start..stop of a choice; concatenating consecutive ranges gives the whole text."""
+    text = " ".join(WORDS[(i + choice) % len(WORDS)] for i in range(start, stop))
+    return " " + text if start and text else text
+
+
+def _count_prompt_words(payload: dict[str, Any], chat: bool) -> int:
+    """A rough prompt token count: whitespace-separated words (token ids count one each)."""
+    words = 0
+    if chat:
+        messages = payload.get("messages")
+        for message in messages if isinstance(messages, list) else ():
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                words += len(content.split())
+            elif isinstance(content, list):
+                for part in content:
+                    text = part.get("text") if isinstance(part, dict) else None
+                    words += len(text.split()) if isinstance(text, str) else 0
+        return words
+    prompt = payload.get("prompt")
+    for item in [prompt] if isinstance(prompt, str) else prompt if isinstance(prompt, list) else ():
+        if isinstance(item, str):
+            words += len(item.split())
+        elif isinstance(item, list):
+            words += len(item)
+        elif _is_int(item):
+            words += 1
+    return words
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+async def run_mock(host: str, port: int, config: MockConfig) -> None:
+    """Serve a mock upstream forever; print nothing."""
+    await MockUpstream(config).serve(host, port)
+
+
+async def _serve_announced(host: str, port: int, config: MockConfig) -> None:
+    """run_mock, plus one line on stdout once listening (for scripts waiting on it)."""
+    mock = MockUpstream(config)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(mock.serve, host, port)
+        shown = f"[{host}]" if ":" in host else host
+        print(f"mock upstream listening on http://{shown}:{port}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m edgegw.mock", description="A mock OpenAI-compatible upstream."
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="delay before each head")
+    parser.add_argument("--token-rate", type=float, default=0.0, help="tokens/s; 0 = unpaced")
+    parser.add_argument("--tokens", type=int, default=16, help="completion tokens per choice")
+    parser.add_argument("--chunk-tokens", type=int, default=1, help="tokens per SSE chunk")
+    parser.add_argument("--error-rate", type=float, default=0.0, help="share answered in error")
+    parser.add_argument("--error-status", type=int, default=500)
+    parser.add_argument("--api-key", default=None, help="require this bearer key on /v1/")
+    ns = parser.parse_args(argv)
+    try:
+        config = MockConfig(
+            latency_s=ns.latency_ms / 1000,
+            token_rate=ns.token_rate,
+            tokens=ns.tokens,
+            chunk_tokens=ns.chunk_tokens,
+            error_rate=ns.error_rate,
+            error_status=ns.error_status,
+            api_key=ns.api_key,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
+        trio.run(_serve_announced, ns.host, ns.port, config)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

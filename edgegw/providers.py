@@ -1,0 +1,103 @@
+"""The remote providers, as data: one record each, no class hierarchy.
+
+Every provider is reached through its OpenAI-compatible endpoint; the differences are
+the base URL, how the key is sent, extra headers, and fields it refuses. Defaults come
+from inference-gateway so that its deployments keep their environment variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AuthKind = Literal["bearer", "xheader", "none"]
+
+# The OpenAI request fields a remote OpenAI-compatible provider honours. SIE extensions
+# (top_k, min_tokens, repetition_penalty, chat_template_kwargs, best_of, lora_adapter)
+# are not here: a request using one is refused for a remote target, never silently cut.
+OPENAI_CHAT_FIELDS = frozenset(
+    {
+        "model", "messages", "max_completion_tokens", "max_tokens", "temperature", "top_p",
+        "stop", "frequency_penalty", "presence_penalty", "n", "user", "seed", "logprobs",
+        "top_logprobs", "logit_bias", "prompt_cache_key", "routing_key", "response_format",
+        "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls",
+        "reasoning_effort", "reasoning_format",
+    }
+)
+OPENAI_COMPLETIONS_FIELDS = frozenset(
+    {
+        "model", "prompt", "max_tokens", "temperature", "top_p", "stop", "frequency_penalty",
+        "presence_penalty", "seed", "stream", "n",
+    }
+)
+# Accepted from clients but meaningless upstream: never forwarded to a remote provider.
+GATEWAY_ONLY_FIELDS = ("routing_key",)
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    id: str
+    default_url: str
+    auth: AuthKind
+    chat_path: str = "/chat/completions"
+    completions_path: str = "/completions"
+    models_path: str = "/models"
+    extra_headers: tuple[tuple[str, str], ...] = ()
+    # Request fields this provider rejects; dropped from what is forwarded (stream usage
+    # then comes from the provider's own default behaviour).
+    omit_fields: tuple[str, ...] = ()
+    # A local runtime that needs no key; configured only when its URL is set explicitly,
+    # so a fresh gateway never probes a host nobody named.
+    keyless: bool = False
+
+
+PROVIDERS: dict[str, Provider] = {
+    p.id: p
+    for p in (
+        Provider("openai", "https://api.openai.com/v1", "bearer"),
+        Provider(
+            "anthropic",
+            "https://api.anthropic.com/v1",
+            "xheader",
+            extra_headers=(("anthropic-version", "2023-06-01"),),
+        ),
+        Provider(
+            "cohere",
+            "https://api.cohere.ai",
+            "bearer",
+            chat_path="/compatibility/v1/chat/completions",
+            completions_path="/compatibility/v1/completions",
+            models_path="/v1/models",
+            omit_fields=("stream_options",),
+        ),
+        Provider("groq", "https://api.groq.com/openai/v1", "bearer"),
+        Provider(
+            "cloudflare",
+            "https://api.cloudflare.com/client/v4/accounts/{ACCOUNT_ID}/ai",
+            "bearer",
+            chat_path="/v1/chat/completions",
+            completions_path="/v1/completions",
+            models_path="/finetunes/public?limit=1000",
+        ),
+        Provider("ollama", "http://ollama:8080/v1", "none", keyless=True),
+        Provider("ollama_cloud", "https://ollama.com/v1", "bearer"),
+        Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
+        Provider("deepseek", "https://api.deepseek.com", "bearer"),
+        Provider("mistral", "https://api.mistral.ai/v1", "bearer", omit_fields=("stream_options",)),
+        Provider("minimax", "https://api.minimax.io/v1", "bearer"),
+        Provider("moonshot", "https://api.moonshot.ai/v1", "bearer"),
+        Provider("nvidia", "https://integrate.api.nvidia.com/v1", "bearer"),
+        Provider("llamacpp", "http://llamacpp:8080/v1", "bearer", keyless=True),
+    )
+}
+
+
+def auth_headers(provider: Provider, key: str | None) -> list[tuple[bytes, bytes]]:
+    """The headers that carry the provider's credentials (and its fixed extras)."""
+    headers = [(k.encode(), v.encode()) for k, v in provider.extra_headers]
+    if key:
+        if provider.auth == "xheader":
+            headers.append((b"x-api-key", key.encode()))
+        elif provider.auth == "bearer" or provider.keyless:
+            headers.append((b"authorization", b"Bearer " + key.encode()))
+    return headers

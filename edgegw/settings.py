@@ -1,0 +1,199 @@
+"""Settings: one frozen object, built once at start and passed explicitly.
+
+Sources, later ones winning: the config file (`--config`, YAML or JSON, keys named like
+the environment variables), the environment, the command line. Variable names follow
+inference-gateway (`SERVER_HOST`, `<ID>_API_URL`, `<ID>_API_KEY`, ...) so that its
+deployments switch without edits. A bad value stops the start with a message naming
+the variable; no secret value is ever printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from edgegw.providers import PROVIDERS, Provider
+
+DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # inference-gateway's SERVER_MAX_REQUEST_BODY_SIZE
+DEFAULT_MAX_TOKENS = 1024  # SIE_GATEWAY_DEFAULT_MAX_TOKENS, the SIE spec's default
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    provider: Provider
+    url: str
+    key: str | None = field(repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.provider.id
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    # Client keys for edgegw itself; empty means no client auth.
+    api_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # Providers that can serve requests: keyed ones with a key, keyless ones with a URL.
+    providers: Mapping[str, ProviderConfig] = field(default_factory=lambda: MappingProxyType({}))
+    connect_timeout_s: float = 10.0
+    # Time from sending the request to the response head: for a non-streaming request
+    # this is the whole generation, hence generous.
+    first_byte_timeout_s: float = 300.0
+    # Longest silence between two pieces of a response body (stream chunks included).
+    idle_timeout_s: float = 60.0
+    # Largest non-streaming upstream response held in memory.
+    max_response_bytes: int = 64 * 1024 * 1024
+    # Idle keep-alive connections kept per upstream host.
+    pool_idle_per_host: int = 64
+    models_timeout_s: float = 5.0
+    graceful_timeout_s: float = 30.0
+    log_level: str = "INFO"
+
+    @classmethod
+    def load(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        config_file: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> Settings:
+        """Build from the config file, then the environment, then `overrides` (CLI)."""
+        merged: dict[str, str] = {}
+        if config_file is not None:
+            merged.update(_read_config_file(Path(config_file)))
+        merged.update(environ if environ is not None else os.environ)
+        return _build(merged, overrides or {})
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(name: str, text: str) -> float:
+    """`30s`, `500ms`, `2m`, or plain seconds (`1.5`)."""
+    m = _DURATION.match(text)
+    if not m:
+        raise SettingsError(f"{name}: expected a duration such as 30s, 500ms or 2m")
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if value <= 0:
+        raise SettingsError(f"{name}: must be greater than zero")
+    return value
+
+
+def _int(name: str, text: str, lo: int, hi: int) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise SettingsError(f"{name}: expected an integer") from None
+    if not lo <= value <= hi:
+        raise SettingsError(f"{name}: must be in [{lo}, {hi}]")
+    return value
+
+
+def _url(name: str, text: str) -> str:
+    text = text.strip().rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", text):
+        raise SettingsError(f"{name}: expected an http:// or https:// URL")
+    return text
+
+
+def _read_config_file(path: Path) -> dict[str, str]:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SettingsError(f"--config {path}: cannot read ({e.strerror})") from None
+    try:
+        import yaml
+
+        data = yaml.safe_load(raw)
+    except Exception as e:  # yaml's errors carry the position, never a value we hide
+        raise SettingsError(f"--config {path}: not valid YAML/JSON ({type(e).__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"--config {path}: the top level must be a mapping")
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise SettingsError(f"--config {path}: keys must be strings")
+        if isinstance(value, dict | list):
+            continue  # structured sections (local models, ...) are read by their owners
+        out[key.upper()] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
+    kw: dict[str, object] = {}
+    if v := env.get("SERVER_HOST"):
+        kw["host"] = v.strip()
+    if v := env.get("SERVER_PORT"):
+        kw["port"] = _int("SERVER_PORT", v, 0, 65535)
+    if v := env.get("SERVER_MAX_REQUEST_BODY_SIZE"):
+        kw["max_body_bytes"] = _int("SERVER_MAX_REQUEST_BODY_SIZE", v, 1024, 1 << 31)
+    if v := env.get("SIE_GATEWAY_DEFAULT_MAX_TOKENS"):
+        kw["default_max_tokens"] = _int("SIE_GATEWAY_DEFAULT_MAX_TOKENS", v, 1, 2**32 - 1)
+    for var, attr in (
+        ("UPSTREAM_CONNECT_TIMEOUT", "connect_timeout_s"),
+        ("UPSTREAM_FIRST_BYTE_TIMEOUT", "first_byte_timeout_s"),
+        ("UPSTREAM_IDLE_TIMEOUT", "idle_timeout_s"),
+        ("MODELS_TIMEOUT", "models_timeout_s"),
+        ("SERVER_GRACEFUL_TIMEOUT", "graceful_timeout_s"),
+    ):
+        if v := env.get(var):
+            kw[attr] = parse_duration(var, v)
+    if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
+        kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
+    if v := env.get("LOG_LEVEL"):
+        level = v.strip().upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise SettingsError("LOG_LEVEL: expected one of DEBUG, INFO, WARNING, ERROR")
+        kw["log_level"] = level
+
+    keys: list[str] = []
+    if v := env.get("EDGEGW_API_KEYS"):
+        keys += [k.strip() for k in v.split(",") if k.strip()]
+    if v := env.get("EDGEGW_API_KEYS_FILE"):
+        try:
+            lines = Path(v).read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise SettingsError(f"EDGEGW_API_KEYS_FILE: cannot read ({e.strerror})") from None
+        keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    for k in keys:
+        if not k.isprintable() or " " in k:
+            raise SettingsError("EDGEGW_API_KEYS: keys must be printable and contain no spaces")
+    kw["api_keys"] = tuple(k.encode() for k in keys)
+
+    providers: dict[str, ProviderConfig] = {}
+    for pid, provider in PROVIDERS.items():
+        prefix = pid.upper()
+        url_var, key_var = f"{prefix}_API_URL", f"{prefix}_API_KEY"
+        url_text = env.get(url_var, "").strip()
+        key = env.get(key_var, "").strip() or None
+        url = _url(url_var, url_text) if url_text else provider.default_url
+        if "{ACCOUNT_ID}" in url and key:
+            raise SettingsError(f"{url_var}: replace {{ACCOUNT_ID}} with your Cloudflare account id")
+        if key or (provider.keyless and url_text):
+            providers[pid] = ProviderConfig(provider, url, key)
+    kw["providers"] = MappingProxyType(providers)
+
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        if name == "port":
+            kw["port"] = _int("--port", str(value), 0, 65535)
+        elif name == "host":
+            kw["host"] = str(value)
+        else:
+            raise SettingsError(f"unknown override {name}")
+    return Settings(**kw)  # type: ignore[arg-type]

@@ -1,0 +1,301 @@
+"""The mock upstream, driven over loopback by a raw h11 client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import h11
+import orjson
+import pytest
+import trio
+
+from edgegw.mock import MAX_BODY_BYTES, WORDS, MockConfig, MockUpstream
+
+WAIT_S = 2  # upper bound for the mock to notice something; tests normally take milliseconds
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    complete: bool  # False when the connection ended inside the body
+
+    def json(self) -> object:
+        return orjson.loads(self.body)
+
+    def events(self) -> list[object]:
+        """The `data:` payloads of an SSE body, JSON-decoded except the literal [DONE]."""
+        out: list[object] = []
+        for block in self.body.split(b"\n\n"):
+            if block:
+                assert block.startswith(b"data: "), block
+                data = block[len(b"data: ") :]
+                out.append("[DONE]" if data == b"[DONE]" else orjson.loads(data))
+        return out
+
+
+@pytest.fixture
+async def mock(nursery: trio.Nursery) -> MockUpstream:
+    upstream = MockUpstream()
+    await nursery.start(upstream.serve)
+    return upstream
+
+
+async def send_request(
+    stream: trio.SocketStream,
+    conn: h11.Connection,
+    method: str,
+    path: str,
+    body: object = None,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> None:
+    data = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
+    head = [("host", "mock"), ("content-length", str(len(data))), *headers]
+    if body is not None:
+        head.append(("content-type", "application/json"))
+    out = conn.send(h11.Request(method=method, target=path, headers=head))
+    out += conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage())
+    await stream.send_all(out)
+
+
+async def receive_reply(stream: trio.SocketStream, conn: h11.Connection) -> Reply:
+    status, headers, parts = 0, {}, []
+    try:
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                headers = {k.decode(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                parts.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return Reply(status, headers, b"".join(parts), complete=True)
+            else:
+                raise AssertionError(f"unexpected {event!r}")
+    except h11.RemoteProtocolError:  # the peer closed inside the body
+        return Reply(status, headers, b"".join(parts), complete=False)
+
+
+async def call(
+    mock: MockUpstream,
+    method: str,
+    path: str,
+    body: object = None,
+    headers: tuple[tuple[str, str], ...] = (),
+) -> Reply:
+    async with await trio.open_tcp_stream("127.0.0.1", mock.port) as stream:
+        conn = h11.Connection(h11.CLIENT)
+        await send_request(stream, conn, method, path, body, headers)
+        return await receive_reply(stream, conn)
+
+
+async def raw_exchange(mock: MockUpstream, data: bytes) -> bytes:
+    """Send bytes as they are; return everything until the mock closes the connection."""
+    async with await trio.open_tcp_stream("127.0.0.1", mock.port) as stream:
+        await stream.send_all(data)
+        received = b""
+        with trio.fail_after(WAIT_S):
+            while chunk := await stream.receive_some(65536):
+                received += chunk
+        return received
+
+
+async def wait_until(condition: Callable[[], bool]) -> None:
+    """Poll a counter of the mock: it offers no events to wait on, and a test wants no more."""
+    with trio.fail_after(WAIT_S):
+        while not condition():  # noqa: ASYNC110
+            await trio.sleep(0.005)
+
+
+def chat(**fields: object) -> dict[str, object]:
+    return {"model": "mock-small", "messages": [{"role": "user", "content": "hi there"}], **fields}
+
+
+async def test_chat_non_streaming_shape_and_usage(mock: MockUpstream) -> None:
+    reply = await call(mock, "POST", "/v1/chat/completions?x=1", chat(model="m-1"))
+    assert reply.status == 200 and reply.complete
+    assert reply.headers["content-type"] == "application/json"
+    body = reply.json()
+    assert body["object"] == "chat.completion" and body["model"] == "m-1"
+    (choice,) = body["choices"]
+    assert choice["index"] == 0 and choice["finish_reason"] == "stop"
+    assert choice["message"]["role"] == "assistant"
+    assert choice["message"]["content"] == " ".join(WORDS[i % len(WORDS)] for i in range(16))
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 16, "total_tokens": 18}
+    (recorded,) = mock.requests
+    assert (recorded.method, recorded.path) == ("POST", "/v1/chat/completions?x=1")
+    assert recorded.headers["content-type"] == "application/json"
+    assert orjson.loads(recorded.body)["model"] == "m-1"
+
+
+async def test_max_tokens_cap_and_n(mock: MockUpstream) -> None:
+    body = (
+        await call(mock, "POST", "/v1/completions", {"prompt": "a b c", "max_tokens": 3, "n": 2})
+    ).json()
+    assert body["object"] == "text_completion"
+    assert [c["finish_reason"] for c in body["choices"]] == ["length", "length"]
+    assert [c["text"] for c in body["choices"]] == ["the quick brown", "quick brown fox"]
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    body = (await call(mock, "POST", "/v1/chat/completions", chat(max_completion_tokens=16))).json()
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_chat_stream_sequence(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, tokens=5, chunk_tokens=2)
+    fields = {"stream": True, "stream_options": {"include_usage": True}}
+    reply = await call(mock, "POST", "/v1/chat/completions", chat(**fields))
+    assert reply.status == 200 and reply.complete
+    assert reply.headers["content-type"] == "text/event-stream"
+    assert reply.headers["transfer-encoding"] == "chunked"
+    *chunks, done = reply.events()
+    assert done == "[DONE]"
+    assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    contents = [c["choices"][0]["delta"]["content"] for c in chunks[1:4]]
+    assert contents == ["the quick", " brown fox", " jumps"]
+    assert chunks[4]["choices"] == [
+        {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    ]
+    assert chunks[5]["choices"] == []
+    assert chunks[5]["usage"] == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
+    assert all(c["usage"] is None for c in chunks[:5])
+    assert len(chunks) == 6
+
+
+async def test_stream_with_two_choices(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, tokens=3)
+    reply = await call(mock, "POST", "/v1/chat/completions", chat(stream=True, n=2))
+    *chunks, done = reply.events()
+    assert done == "[DONE]"
+    assert all("usage" not in c for c in chunks)
+    for index in (0, 1):
+        mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == index]
+        assert mine[0]["delta"] == {"role": "assistant", "content": ""}
+        assert "".join(c["delta"].get("content", "") for c in mine) == " ".join(
+            WORDS[index : index + 3]
+        )
+        assert [c["finish_reason"] for c in mine] == [None] * 4 + ["stop"]
+
+
+async def test_completions_stream(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, tokens=2)
+    reply = await call(mock, "POST", "/v1/completions", {"prompt": "x", "stream": True})
+    *chunks, done = reply.events()
+    assert done == "[DONE]"
+    assert [c["choices"][0]["text"] for c in chunks] == ["the", " quick", ""]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert {c["object"] for c in chunks} == {"text_completion"}
+
+
+@pytest.mark.parametrize("status", [400, 429, 503])
+async def test_scripted_error(mock: MockUpstream, status: int) -> None:
+    reply = await call(mock, "POST", "/v1/chat/completions", chat(model=f"mock-error-{status}"))
+    assert reply.status == status
+    assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+    assert reply.headers.get("retry-after") == ("7" if status == 429 else None)
+
+
+async def test_break_after_closes_mid_stream(mock: MockUpstream) -> None:
+    reply = await call(
+        mock, "POST", "/v1/chat/completions", chat(model="mock-break-after-2", stream=True)
+    )
+    assert reply.status == 200 and not reply.complete
+    events = reply.events()
+    assert len(events) == 3 and "[DONE]" not in events
+    assert all(e["choices"][0]["finish_reason"] is None for e in events)
+    assert mock.stream_disconnects == 0
+
+
+async def test_hang_ends_when_the_client_leaves(mock: MockUpstream) -> None:
+    async with await trio.open_tcp_stream("127.0.0.1", mock.port) as stream:
+        await send_request(stream, h11.Connection(h11.CLIENT), "POST", "/v1/chat/completions",
+                           chat(model="mock-hang"))  # fmt: skip
+        await wait_until(lambda: len(mock.requests) == 1)
+        assert mock.open_connections == 1
+    await wait_until(lambda: mock.open_connections == 0)
+
+
+async def test_slow_first_byte(mock: MockUpstream) -> None:
+    start = trio.current_time()
+    reply = await call(mock, "POST", "/v1/completions", {"model": "mock-slow-first-byte-30"})
+    assert reply.status == 200
+    assert trio.current_time() - start >= 0.03
+
+
+async def test_client_leaving_mid_stream_is_counted(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, tokens=100_000, token_rate=2000)
+    async with await trio.open_tcp_stream("127.0.0.1", mock.port) as stream:
+        conn = h11.Connection(h11.CLIENT)
+        await send_request(stream, conn, "POST", "/v1/chat/completions", chat(stream=True))
+        data_events = 0
+        while data_events < 3:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Data):
+                data_events += 1
+    await wait_until(lambda: mock.stream_disconnects == 1)
+    await wait_until(lambda: mock.open_connections == 0)
+
+
+async def test_error_rate_is_deterministic(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, error_rate=0.5, error_status=503)
+    statuses = [(await call(mock, "POST", "/v1/completions", {"prompt": "x"})).status
+                for _ in range(4)]  # fmt: skip
+    assert statuses == [200, 503, 200, 503]
+
+
+async def test_api_key(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, api_key="sk-test")
+    denied = await call(mock, "GET", "/v1/models")
+    assert denied.status == 401 and denied.json()["error"]["code"] == "invalid_api_key"
+    allowed = await call(mock, "GET", "/v1/models", headers=(("authorization", "Bearer sk-test"),))
+    assert [m["id"] for m in allowed.json()["data"]] == ["mock-small", "mock-large"]
+    assert (await call(mock, "GET", "/health")).json() == {"status": "ok"}
+
+
+async def test_keep_alive_and_errors_on_one_connection(mock: MockUpstream) -> None:
+    async with await trio.open_tcp_stream("127.0.0.1", mock.port) as stream:
+        conn = h11.Connection(h11.CLIENT)
+        statuses = []
+        for method, path, body in [
+            ("GET", "/health", None),
+            ("GET", "/nope", None),
+            ("GET", "/v1/chat/completions", None),
+            ("POST", "/v1/chat/completions", b"{not json"),
+            ("POST", "/v1/chat/completions", {"n": 0}),
+            ("POST", "/v1/chat/completions", chat(stream=True)),
+        ]:
+            await send_request(stream, conn, method, path, body)
+            reply = await receive_reply(stream, conn)
+            statuses.append(reply.status)
+            if reply.status >= 400:
+                assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
+            conn.start_next_cycle()
+        assert statuses == [200, 404, 405, 400, 400, 200]
+        assert mock.open_connections == 1
+
+
+async def test_oversized_body_is_413(mock: MockUpstream) -> None:
+    head = b"POST /v1/completions HTTP/1.1\r\nhost: m\r\ncontent-length: %d\r\n\r\n"
+    received = await raw_exchange(mock, head % (MAX_BODY_BYTES + 1))
+    assert received.startswith(b"HTTP/1.1 413 ")
+    assert mock.requests[-1].body == b""
+
+
+async def test_garbage_does_not_hurt_the_server(mock: MockUpstream) -> None:
+    received = await raw_exchange(mock, b"\x00\x01 not http at all\r\n\r\n")
+    assert received.startswith(b"HTTP/1.1 400 ")
+    assert (await call(mock, "GET", "/health")).status == 200
+
+
+async def test_config_is_validated() -> None:
+    with pytest.raises(ValueError):
+        MockConfig(chunk_tokens=0)
+    with pytest.raises(ValueError):
+        MockConfig(error_rate=1.5)
