@@ -34,13 +34,15 @@ async def serve(
     settings: Settings,
     *,
     shutdown_trigger: Any = None,
+    pool: UpstreamPool | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled (or `shutdown_trigger` returns); started(binds) once listening."""
-    pool = UpstreamPool(
-        connect_timeout_s=settings.connect_timeout_s,
-        idle_per_host=settings.pool_idle_per_host,
-    )
+    if pool is None:
+        pool = UpstreamPool(
+            connect_timeout_s=settings.connect_timeout_s,
+            idle_per_host=settings.pool_idle_per_host,
+        )
     app = App(settings, pool)
     try:
         kwargs: dict[str, Any] = {"task_status": task_status}

@@ -239,13 +239,19 @@ class Response:
 
     async def receive_chunk(self) -> bytes:
         conn = self._conn
+        eof = False
         while not self._done:
             try:
                 event = conn.h11.next_event()
                 if event is h11.NEED_DATA:
                     data = await conn.stream.receive_some(READ_SIZE)
+                    eof = not data
                     conn.h11.receive_data(data)
                     continue
+            except h11.RemoteProtocolError as e:
+                if eof:  # closed in the middle of the body
+                    raise _transport_error(trio.BrokenResourceError()) from e
+                raise _transport_error(e) from e
             except Exception as e:
                 raise _transport_error(e) from e
             if isinstance(event, h11.Data):

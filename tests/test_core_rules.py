@@ -28,8 +28,12 @@ USER = {"role": "user", "content": "hi"}
 CHAT_BASE: dict[str, Any] = {"model": "m", "messages": [USER]}
 COMPLETIONS_BASE: dict[str, Any] = {"model": "m", "prompt": "Say hi"}
 
-# Routing hints that are accepted with any value but only count as fields when they are strings.
+# Routing hints: accepted with any value, but a non-string value is ignored (not a field, not
+# forwarded).
 STRING_ONLY_HINTS = ("prompt_cache_key", "routing_key")
+# Accepted and never forwarded (spec: "Accepted and silently ignored (never logged, never
+# forwarded)"), so not a field either.
+NEVER_FORWARDED = ("safety_identifier",)
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 TOOL = {"type": "function", "function": {"name": "get_weather"}}
@@ -86,14 +90,21 @@ def value_cases(rules: dict[str, tuple[list[Any], list[Any]]]) -> tuple[list[Any
     return accepted, rejected
 
 
+def ignored(key: str, value: Any) -> bool:
+    """A member that is accepted but neither a field nor forwarded upstream."""
+    if key in NEVER_FORWARDED:
+        return True
+    return key in STRING_ONLY_HINTS and value is not None and not isinstance(value, str)
+
+
+def forwarded(body: dict[str, Any], model: str, omit: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What upstream_body(model, omit) must decode to: the members as sent (nulls too)."""
+    out = {k: v for k, v in body.items() if k not in omit and not ignored(k, v)}
+    return {**out, "model": model}
+
+
 def expected_fields(body: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(
-        sorted(
-            key
-            for key, value in body.items()
-            if value is not None and not (key in STRING_ONLY_HINTS and not isinstance(value, str))
-        )
-    )
+    return tuple(sorted(k for k, v in body.items() if v is not None and not ignored(k, v)))
 
 
 def check_accepted(parse: Callable[[bytes], Any], body: dict[str, Any], raw: bytes | None = None):
@@ -103,7 +114,7 @@ def check_accepted(parse: Callable[[bytes], Any], body: dict[str, Any], raw: byt
     assert req.fields == expected_fields(body)
     upstream = req.upstream_body("gpt-x")
     assert isinstance(upstream, bytes)
-    assert json.loads(upstream) == {**body, "model": "gpt-x"}
+    assert json.loads(upstream) == forwarded(body, "gpt-x")
     return req
 
 
@@ -360,7 +371,8 @@ CHAT_REJECTED = [
     # which error wins
     bad("unknown-alphabetical", UNS, "aaa", zzz=1, aaa=1),
     bad("unknown-alphabetical-rejected-list", UNS, "metadata", zzz=1, metadata={}),
-    bad("unknown-alphabetical-before-store", UNS, "aaa", store=True, aaa=1),
+    # the names refused explicitly are reported before other unknown keys (SIE order, notes 0.7)
+    bad("rejected-name-before-unknown", UNS, "store", store=True, aaa=1),
     bad("typed-check-before-unknown", INV, "temperature", temperature=-1, foo=1),
     bad("typed-check-before-unknown-n", INV, "n", n=0, aaa=1),
     bad("messages-check-before-unknown", UNS, "messages[0].content", zzz=1, messages=[{"role": "user", "content": 5}]),
@@ -452,7 +464,7 @@ MESSAGES_REJECTED = [
     bad("content-number", UNS, "messages[0].content", messages=[{"role": "user", "content": 5}]),
     bad("content-bool", UNS, "messages[0].content", messages=[{"role": "user", "content": True}]),
     bad("content-object", UNS, "messages[0].content", messages=[{"role": "user", "content": {"type": "text", "text": "hi"}}]),
-    bad("content-empty-array", INV, "messages[0].content", messages=[{"role": "user", "content": []}]),
+    bad("content-empty-array", UNS, "messages[0].content", messages=[{"role": "user", "content": []}]),
     # content parts
     bad("part-type-input_audio", UNS, "messages[0].content[0].type", messages=user_parts({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}})),
     bad("part-type-file", UNS, "messages[0].content[0].type", messages=user_parts({"type": "file", "file": {"file_id": "f"}})),
@@ -851,16 +863,22 @@ def test_upstream_body_replaces_model(parse: Any, body: dict[str, Any], model: s
     req = parse(encode(body))
     out = req.upstream_body(model)
     assert isinstance(out, bytes)
-    assert json.loads(out) == {**body, "model": model}
+    assert json.loads(out) == forwarded(body, model)
     assert_compact(out)
     assert req.model == body["model"]  # the request itself is unchanged
 
 
-def test_upstream_body_is_compact_even_when_input_is_not() -> None:
+def test_upstream_body_from_indented_input() -> None:
+    # Member values are forwarded byte for byte, so only the value is compared here.
     body = json.dumps(FULL_CHAT, indent=4).encode()
     out = parse_chat_request(body).upstream_body("gpt-x")
-    assert_compact(out)
-    assert json.loads(out) == {**FULL_CHAT, "model": "gpt-x"}
+    assert json.loads(out) == forwarded(FULL_CHAT, "gpt-x")
+
+
+def test_upstream_body_drops_ignored_members() -> None:
+    body = {**CHAT_BASE, "safety_identifier": "sid", "routing_key": 5, "prompt_cache_key": "p"}
+    out = parse_chat_request(encode(body)).upstream_body("gpt-x")
+    assert json.loads(out) == {**CHAT_BASE, "model": "gpt-x", "prompt_cache_key": "p"}
 
 
 @pytest.mark.parametrize(
@@ -876,9 +894,8 @@ def test_upstream_body_is_compact_even_when_input_is_not() -> None:
 )
 def test_upstream_body_omit(omit: tuple[str, ...]) -> None:
     req = parse_chat_request(encode(FULL_CHAT))
-    expected = {k: v for k, v in FULL_CHAT.items() if k not in omit}
-    assert json.loads(req.upstream_body("gpt-x", omit)) == {**expected, "model": "gpt-x"}
-    assert json.loads(req.upstream_body("gpt-x", omit=omit)) == {**expected, "model": "gpt-x"}
+    assert json.loads(req.upstream_body("gpt-x", omit)) == forwarded(FULL_CHAT, "gpt-x", omit)
+    assert json.loads(req.upstream_body("gpt-x", omit=omit)) == forwarded(FULL_CHAT, "gpt-x", omit)
 
 
 def test_upstream_body_omit_completions() -> None:

@@ -299,3 +299,21 @@ async def test_config_is_validated() -> None:
         MockConfig(chunk_tokens=0)
     with pytest.raises(ValueError):
         MockConfig(error_rate=1.5)
+
+
+async def test_request_pipelined_behind_a_stream(mock: MockUpstream) -> None:
+    mock.config = replace(mock.config, tokens=3, token_rate=1000)
+    health = h11.Request(method="GET", target="/health", headers=[("host", "mock")])
+    async with await trio.open_tcp_stream("127.0.0.1", mock.port) as stream:
+        conn = h11.Connection(h11.CLIENT)
+        await send_request(stream, conn, "POST", "/v1/completions", {"stream": True})
+        # Sent before the stream is answered, so the mock's watcher is the one that reads it.
+        await stream.send_all(h11.Connection(h11.CLIENT).send(health))
+        first = await receive_reply(stream, conn)
+        assert first.complete and first.events()[-1] == "[DONE]"
+        conn.start_next_cycle()
+        conn.send(health)  # only to move the client's h11 along: the bytes went out above
+        conn.send(h11.EndOfMessage())
+        assert (await receive_reply(stream, conn)).json() == {"status": "ok"}
+    assert [r.path for r in mock.requests] == ["/v1/completions", "/health"]
+    assert mock.stream_disconnects == 0

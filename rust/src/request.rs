@@ -6,9 +6,9 @@
 //! reports the same one:
 //!   1. (completions only) the reject-list: `echo`, `suffix`, `logprobs`, `best_of`;
 //!   2. typed checks of the known fields, in table order;
-//!   3. fields the endpoint does not take (explicitly deprecated ones first by name,
-//!      all in alphabetical order), as `unsupported_field`;
-//!   4. structured fields (`response_format`, `tools`, `tool_choice`) and cross-field rules.
+//!   3. fields refused by name (`functions`, `store`, ...), as `unsupported_field`;
+//!   4. structured fields (`response_format`, `tools`, `tool_choice`) and cross-field rules;
+//!   5. any other unknown field, the alphabetically first one, as `unsupported_field`.
 //!
 //! JSON `null` counts as absent for every optional field. Nothing is re-serialised:
 //! [`Parsed::upstream_body`] writes the original member bytes back with a new `model`.
@@ -319,24 +319,22 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         check_field(&mut p, name, rule, value)?;
     }
 
-    // 3. Fields this endpoint does not take; deterministic: alphabetical.
     let mut unknown: Vec<&str> = members
         .iter()
         .map(|m| m.key.as_ref())
         .filter(|k| !table.iter().any(|(name, _)| name == k))
         .collect();
-    if !unknown.is_empty() {
-        unknown.sort_unstable();
-        if let Some(name) = unknown.iter().find(|k| rejected.contains(k)) {
-            return Err(match *name {
-                "functions" | "function_call" => Rejection::unsupported_msg(
-                    *name,
-                    format!("'{name}' is deprecated by OpenAI and not supported; use 'tools'"),
-                ),
-                other => Rejection::unsupported(other),
-            });
-        }
-        return Err(Rejection::unsupported(unknown[0]));
+    unknown.sort_unstable();
+
+    // 3. Fields refused by name (deprecated or outside the contract), alphabetically.
+    if let Some(name) = unknown.iter().find(|k| rejected.contains(k)) {
+        return Err(match *name {
+            "functions" | "function_call" => Rejection::unsupported_msg(
+                *name,
+                format!("'{name}' is deprecated by OpenAI and not supported; use 'tools'"),
+            ),
+            other => Rejection::unsupported(other),
+        });
     }
 
     // 4. Structured fields and cross-field rules.
@@ -369,6 +367,11 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
                 ));
             }
         }
+    }
+
+    // 5. Any other field this endpoint does not take; the alphabetically first is reported.
+    if let Some(name) = unknown.first() {
+        return Err(Rejection::unsupported(*name));
     }
 
     // Record what is present and what is forwarded.
@@ -1170,6 +1173,12 @@ mod tests {
             ),
             (r#""tool_choice":"auto""#, "invalid_request", "tool_choice"),
             (r#""zeta":1,"alpha":2"#, "unsupported_field", "alpha"),
+            (r#""alpha":1,"store":true"#, "unsupported_field", "store"),
+            (
+                r#""zeta":1,"tool_choice":"auto""#,
+                "invalid_request",
+                "tool_choice",
+            ),
             (r#""functions":[]"#, "unsupported_field", "functions"),
             (
                 r#""temperature":-1,"zzz":1"#,

@@ -1,0 +1,53 @@
+"""Fixtures: a fake upstream (edgegw's mock provider) and a real gateway, both on
+loopback port 0, started with nursery.start. Nothing of edgegw's own is mocked."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pytest
+import trio
+
+from edgegw.mock import MockConfig, MockUpstream
+from edgegw.server import serve
+from edgegw.settings import Settings
+from edgegw.upstream import UpstreamPool
+
+UPSTREAM_KEY = "upstream-secret-key"
+
+
+@dataclass
+class Gateway:
+    base: str
+    port: int
+    pool: UpstreamPool
+    settings: Settings
+
+
+async def start_gateway(nursery: trio.Nursery, env: Mapping[str, str]) -> Gateway:
+    settings = Settings.load(environ={"SERVER_PORT": "0", **env})
+    pool = UpstreamPool(connect_timeout_s=settings.connect_timeout_s, idle_per_host=settings.pool_idle_per_host)
+    binds = await nursery.start(lambda task_status: serve(settings, pool=pool, task_status=task_status))
+    base = binds[0]
+    return Gateway(base=base, port=int(base.rsplit(":", 1)[1]), pool=pool, settings=settings)
+
+
+def upstream_env(mock: MockUpstream, **extra: str) -> dict[str, str]:
+    return {
+        "OPENAI_API_URL": f"http://127.0.0.1:{mock.port}/v1",
+        "OPENAI_API_KEY": UPSTREAM_KEY,
+        **extra,
+    }
+
+
+@pytest.fixture
+async def mock(nursery: trio.Nursery) -> MockUpstream:
+    upstream = MockUpstream(MockConfig(api_key=UPSTREAM_KEY))
+    await nursery.start(upstream.serve, "127.0.0.1", 0)
+    return upstream
+
+
+@pytest.fixture
+async def gateway(nursery: trio.Nursery, mock: MockUpstream) -> Gateway:
+    return await start_gateway(nursery, upstream_env(mock))
