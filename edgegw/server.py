@@ -12,6 +12,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from edgegw.app import App
 from edgegw.settings import Settings
+from edgegw.streaming import DisconnectWatch
 from edgegw.upstream import UpstreamPool
 
 
@@ -43,12 +44,16 @@ async def serve(
             connect_timeout_s=settings.connect_timeout_s,
             idle_per_host=settings.pool_idle_per_host,
         )
-    app = App(settings, pool)
+    watch = DisconnectWatch()
+    app = App(settings, pool, watch)
     try:
-        kwargs: dict[str, Any] = {"task_status": task_status}
-        if shutdown_trigger is not None:
-            kwargs["shutdown_trigger"] = shutdown_trigger
-        await hypercorn_serve(app, hypercorn_config(settings), **kwargs)  # type: ignore[arg-type]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch.run)
+            kwargs: dict[str, Any] = {"task_status": task_status}
+            if shutdown_trigger is not None:
+                kwargs["shutdown_trigger"] = shutdown_trigger
+            await hypercorn_serve(app, hypercorn_config(settings), **kwargs)  # type: ignore[arg-type]
+            nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await pool.aclose()

@@ -53,7 +53,9 @@ def parse_or_reject(parse: Any, body: bytes) -> Any:
 
 
 def dump(value: Any, ensure_ascii: bool = False, indent: int | None = None) -> bytes:
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent).encode("utf-8", "surrogatepass")
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent).encode(
+        "utf-8", "surrogatepass"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,8 +71,9 @@ json_leaves = (
 )
 json_values = st.recursive(
     json_leaves,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -82,10 +85,10 @@ def request_shaped(keys: list[str]) -> st.SearchStrategy[dict[str, Any]]:
         "messages": st.lists(message, max_size=3) | json_values,
         "model": st.text(max_size=8) | json_values,
     }
-    return st.dictionaries(st.sampled_from(keys + ["foo", "store"]), json_values, max_size=8).flatmap(
-        lambda d: st.fixed_dictionaries(
-            {k: value_for_key.get(k, st.just(v)) for k, v in d.items()}
-        )
+    return st.dictionaries(
+        st.sampled_from(keys + ["foo", "store"]), json_values, max_size=8
+    ).flatmap(
+        lambda d: st.fixed_dictionaries({k: value_for_key.get(k, st.just(v)) for k, v in d.items()})
     )
 
 
@@ -170,15 +173,12 @@ message = st.one_of(
         {"role": st.just("assistant"), "tool_calls": st.lists(tool_call, min_size=1, max_size=2)},
         optional={"content": maybe_null(text_content)},
     ),
-    st.fixed_dictionaries(
-        {"role": st.just("tool"), "tool_call_id": name, "content": text_content}
-    ),
+    st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": name, "content": text_content}),
 )
 
 plain_json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | finite(-1e300, 1e300) | text,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(text, children, max_size=3),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3),
     max_leaves=8,
 )
 json_object = st.dictionaries(text, plain_json, max_size=3)
@@ -321,7 +321,14 @@ def forwarded(body: dict[str, Any], model: str, omit: tuple[str, ...] = ()) -> d
 
 
 def expected_fields(body: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(sorted(k for k, v in body.items() if v is not None and not ignored(k, v)))
+    # An empty logit_bias counts as absent (SIE: "an empty map is treated as absent").
+    return tuple(
+        sorted(
+            k
+            for k, v in body.items()
+            if v is not None and not ignored(k, v) and not (k == "logit_bias" and v == {})
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------

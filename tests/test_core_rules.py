@@ -18,6 +18,7 @@ from edgegw._core import RequestError, parse_chat_request, parse_completions_req
 
 INV = "invalid_request"
 UNS = "unsupported_field"
+ERROR_TYPE = "invalid_request_error"
 U32_MAX = 2**32 - 1
 I64_MIN = -(2**63)
 I64_MAX = 2**63 - 1
@@ -104,7 +105,14 @@ def forwarded(body: dict[str, Any], model: str, omit: tuple[str, ...] = ()) -> d
 
 
 def expected_fields(body: dict[str, Any]) -> tuple[str, ...]:
-    return tuple(sorted(k for k, v in body.items() if v is not None and not ignored(k, v)))
+    # An empty logit_bias counts as absent (SIE: "an empty map is treated as absent").
+    return tuple(
+        sorted(
+            k
+            for k, v in body.items()
+            if v is not None and not ignored(k, v) and not (k == "logit_bias" and v == {})
+        )
+    )
 
 
 def check_accepted(parse: Callable[[bytes], Any], body: dict[str, Any], raw: bytes | None = None):
@@ -122,7 +130,7 @@ def check_rejected(parse: Callable[[bytes], Any], raw: bytes, code: str, param: 
     with pytest.raises(RequestError) as info:
         parse(raw)
     err = info.value
-    assert (err.status, err.type, err.code, err.param) == (400, "invalid_request_error", code, param)
+    assert (err.status, err.type, err.code, err.param) == (400, ERROR_TYPE, code, param)
     assert isinstance(err, ValueError)
     assert isinstance(err.args[0], str)
 
@@ -151,7 +159,10 @@ def assert_compact(data: bytes) -> None:
 COMMON_VALUE_RULES: dict[str, tuple[list[Any], list[Any]]] = {
     "temperature": ([0, 0.0, 0.7, 2, 100.5], [-0.1, -1, "0.7", True, [0.5], {}]),
     "top_p": ([1, 1.0, 0.5, 1e-9], [0, 0.0, -0.5, 1.0000001, 2, "1", True]),
-    "stop": (["END", "", [], ["a"], ["a", "b", "c", "d"]], [5, True, ["a", 1], [None], {"a": "b"}, [["a"]]]),
+    "stop": (
+        ["END", "", [], ["a"], ["a", "b", "c", "d"]],
+        [5, True, ["a", 1], [None], {"a": "b"}, [["a"]]],
+    ),
     "frequency_penalty": ([-2, -2.0, 0, 1.5, 2, 2.0], [-2.0001, 2.0001, 3, -3, "1", True]),
     "presence_penalty": ([-2, -2.0, 0, -0.5, 2, 2.0], [-2.0001, 2.0001, 3, -3, "1", True]),
     "seed": ([0, 42, -1, I64_MAX, I64_MIN], [1.5, I64_MAX + 1, I64_MIN - 1, 2**64, "1", True]),
@@ -165,7 +176,10 @@ CHAT_VALUE_RULES: dict[str, tuple[list[Any], list[Any]]] = {
     "top_k": ([1, 40, U32_MAX], [0, -1, 1.5, U32_MAX + 1, "40", True]),
     "repetition_penalty": ([0.01, 1, 1.0, 2, 2.0], [0, 0.0, -1, 2.0001, "1", True]),
     "min_tokens": ([0, 1, 100], [-1, 1.5, "1", True]),
-    "chat_template_kwargs": ([{}, {"enable_thinking": False}, {"a": {"b": [1, None]}}], [[], "x", 1, True]),
+    "chat_template_kwargs": (
+        [{}, {"enable_thinking": False}, {"a": {"b": [1, None]}}],
+        [[], "x", 1, True],
+    ),
     "n": ([1, 2, 128], [0, -1, 129, 1.5, "2", True]),
     "best_of": ([1, 5, 128], [0, -1, 129, 1.5, "2", True]),
     "lora_adapter": (["my-adapter"], ["", 5, [], True]),
@@ -297,6 +311,7 @@ CHAT_REJECTED = [
     bad("best_of<n-large", INV, "best_of", best_of=64, n=128),
     bad("best_of-stream", UNS, "best_of", best_of=2, stream=True),
     bad("best_of=128-stream", UNS, "best_of", best_of=128, stream=True),
+    bad("best_of=1-stream", UNS, "best_of", best_of=1, stream=True),
     # logit_bias
     bad("logit_bias-1025-keys", INV, "logit_bias", logit_bias={str(i): 0 for i in range(1025)}),
     bad("logit_bias-negative-key", INV, "logit_bias", logit_bias={"-1": 1}),
@@ -737,6 +752,24 @@ def test_strict_json_accepts(endpoint: str, make: Callable[[Build], bytes]) -> N
     check_accepted(parse, json.loads(body), raw=body)
 
 
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        pytest.param(b',"temperature":1e400', "temperature", id="temperature-overflows-to-inf"),
+        pytest.param(
+            b',"temperature":-1e400', "temperature", id="temperature-overflows-to-minus-inf"
+        ),
+        pytest.param(b',"frequency_penalty":1e400', "frequency_penalty", id="penalty-overflow"),
+        pytest.param(b',"logit_bias":{"1":1e400}', "logit_bias.1", id="logit_bias-value-overflow"),
+        pytest.param(b',"seed":' + b"1" * 1000, "seed", id="seed-1000-digits"),
+        pytest.param(b',"max_tokens":' + b"9" * 30, "max_tokens", id="max_tokens-30-digits"),
+    ],
+)
+def test_valid_number_literals_out_of_range(extra: bytes, param: str) -> None:
+    """Valid JSON numbers that do not fit the field are the field's error, not a parse error."""
+    check_rejected(parse_chat_request, chat_raw(extra=extra), INV, param)
+
+
 def nested_arrays(depth: int) -> bytes:
     return b"[" * depth + b"]" * depth
 
@@ -923,4 +956,4 @@ def test_request_error_shape() -> None:
         parse_chat_request(encode({**CHAT_BASE, "foo": 1}))
     err = info.value
     assert isinstance(err.args[0], str) and err.args[0]
-    assert (err.status, err.type, err.code, err.param) == (400, "invalid_request_error", UNS, "foo")
+    assert (err.status, err.type, err.code, err.param) == (400, ERROR_TYPE, UNS, "foo")

@@ -166,7 +166,7 @@ async def test_client_disconnect_cancels_the_upstream_stream(nursery: trio.Nurse
     )
     assert resp.status == 200
     with trio.fail_after(1):  # the bound: upstream cancelled within 1 s
-        while mock.stream_disconnects < 1:
+        while mock.stream_disconnects < 1:  # noqa: ASYNC110 (a fake peer's counter)
             await trio.sleep(0.01)
     # The cancelled exchange left no connection in the pool.
     await trio.sleep(0.05)
@@ -184,11 +184,11 @@ async def test_client_disconnect_cancels_a_non_streaming_request(nursery: trio.N
         + body
     )
     with trio.fail_after(1):
-        while mock.open_connections < 1 or not mock.requests:
+        while mock.open_connections < 1 or not mock.requests:  # noqa: ASYNC110 (a fake peer's counter)
             await trio.sleep(0.01)
     await stream.aclose()
     with trio.fail_after(1):
-        while mock.open_connections > 0:
+        while mock.open_connections > 0:  # noqa: ASYNC110 (a fake peer's counter)
             await trio.sleep(0.01)
     assert gw.pool.open_connections == 0
 

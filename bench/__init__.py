@@ -1,0 +1,1 @@
+"""edgegw's benchmarks: `python -m bench --help`."""

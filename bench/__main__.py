@@ -1,0 +1,223 @@
+"""edgegw benchmarks. See bench/README.md for the method and the recorded figures.
+
+    python -m bench parse                    # Rust parser vs a pure-Python baseline
+    python -m bench client                   # upstream client: h11 pool vs httpcore
+    python -m bench latency                  # added latency at one request in flight
+    python -m bench throughput               # req/s at 32 connections vs bare Hypercorn-Trio
+    python -m bench all                      # everything; JSON to bench/results/
+
+Processes are pinned with sched_setaffinity: for latency everything shares core 0 (on a
+2-vCPU VM cross-core wake-ups dominate the tail); for throughput the server under test
+has core 1 alone and the mock upstream and the load generator share core 0.
+Every load loop is bounded in time and count and targets 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import trio
+
+from bench import client_bench, parse_bench
+from bench.loadgen import post, run_load
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+CHAT = (
+    b'{"model":"openai/gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},'
+    b'{"role":"user","content":"Say hello in five words."}],"max_tokens":16,"temperature":0.2}'
+)
+CHAT_DIRECT = CHAT.replace(b"openai/gpt-4o-mini", b"gpt-4o-mini")
+CORE_A, CORE_B = 0, min(1, (os.cpu_count() or 1) - 1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+@contextmanager
+def process(args: list[str], cpu: int, env: dict[str, str] | None = None, port: int | None = None):
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
+    try:
+        if port is not None:
+            wait_port(port)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def mock_args(port: int) -> list[str]:
+    return ["-m", "edgegw.mock", "--port", str(port), "--tokens", "16"]
+
+
+def gateway(port: int, mock_port: int, cpu: int):
+    env = {
+        "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
+        "OPENAI_API_KEY": "bench-key",
+        "LOG_LEVEL": "WARNING",
+    }
+    return process(["-m", "edgegw", "serve", "--port", str(port)], cpu, env, port)
+
+
+def load(port: int, body: bytes, path: str, connections: int, seconds: float, max_requests: int):
+    return trio.run(run_load, port, post(port, path, body), connections, seconds, max_requests)
+
+
+def cmd_parse(_: argparse.Namespace) -> dict:
+    os.sched_setaffinity(0, {CORE_A})
+    r = parse_bench.run()
+    print(
+        f"parse_chat_request, {r['body_bytes']} B body: {r['rust_parse_only_us']:.2f} µs "
+        f"(+ upstream body {r['rust_parse_and_body_us']:.2f} µs); pure Python {r['python_baseline_us']:.2f} µs"
+    )
+    return r
+
+
+def cmd_client(ns: argparse.Namespace) -> dict:
+    os.sched_setaffinity(0, {CORE_B})
+    mock_port = free_port()
+    out: dict = {}
+    with process(mock_args(mock_port), CORE_A, port=mock_port):
+        for c in (1, 32):
+            for name, fn in (("h11_pool", client_bench.h11_pool_rps), ("httpcore", client_bench.httpcore_rps)):
+                runs = [trio.run(fn, mock_port, c, ns.seconds) for _ in range(ns.rounds)]
+                out[f"{name}_c{c}_rps"] = statistics.median(runs)
+                print(f"{name:9s} c={c:<3d} {statistics.median(runs):8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in runs)})")
+    return out
+
+
+def cmd_latency(ns: argparse.Namespace) -> dict:
+    os.sched_setaffinity(0, {CORE_A})
+    mock_port, gw_port = free_port(), free_port()
+    rows: dict[str, list[float]] = {"direct_p50": [], "direct_p99": [], "gw_p50": [], "gw_p99": []}
+    with process(mock_args(mock_port), CORE_A, port=mock_port), gateway(gw_port, mock_port, CORE_A):
+        load(gw_port, CHAT, "/v1/chat/completions", 1, 2, 300)  # warm-up
+        load(mock_port, CHAT_DIRECT, "/v1/chat/completions", 1, 2, 300)
+        for _ in range(ns.rounds):
+            order = [("direct", mock_port, CHAT_DIRECT), ("gw", gw_port, CHAT)]
+            random.shuffle(order)
+            for name, port, body in order:
+                r = load(port, body, "/v1/chat/completions", 1, 30, ns.requests)
+                assert r.errors == 0, r.statuses
+                rows[f"{name}_p50"].append(r.percentile_ms(50))
+                rows[f"{name}_p99"].append(r.percentile_ms(99))
+    out = {k: statistics.median(v) for k, v in rows.items()}
+    out["added_p50_ms"] = statistics.median(g - d for g, d in zip(rows["gw_p50"], rows["direct_p50"], strict=True))
+    out["added_p99_ms"] = statistics.median(g - d for g, d in zip(rows["gw_p99"], rows["direct_p99"], strict=True))
+    print(
+        f"c=1, {ns.rounds} rounds x {ns.requests} requests: direct p50 {out['direct_p50']:.3f} p99 {out['direct_p99']:.3f} ms; "
+        f"gateway p50 {out['gw_p50']:.3f} p99 {out['gw_p99']:.3f} ms; added p50 {out['added_p50_ms']:.3f} p99 {out['added_p99_ms']:.3f} ms"
+    )
+    return out
+
+
+def cmd_throughput(ns: argparse.Namespace) -> dict:
+    os.sched_setaffinity(0, {CORE_A})
+    mock_port, gw_port, bare_port = free_port(), free_port(), free_port()
+    runs: dict[str, list[float]] = {"gateway": [], "bare_hypercorn": [], "mock_direct": []}
+    p99: dict[str, list[float]] = {k: [] for k in runs}
+    with process(mock_args(mock_port), CORE_A, port=mock_port), gateway(gw_port, mock_port, CORE_B), process(
+        ["-m", "bench.bare_app", "--port", str(bare_port)], CORE_B, port=bare_port
+    ):
+        targets = {"gateway": (gw_port, CHAT), "bare_hypercorn": (bare_port, CHAT), "mock_direct": (mock_port, CHAT_DIRECT)}
+        for port, body in targets.values():
+            load(port, body, "/v1/chat/completions", ns.connections, 2, 100_000)  # warm-up
+        for _ in range(ns.rounds):
+            order = list(targets.items())
+            random.shuffle(order)
+            for name, (port, body) in order:
+                r = load(port, body, "/v1/chat/completions", ns.connections, ns.seconds, 1_000_000)
+                assert r.errors == 0, (name, r.statuses, r.errors)
+                runs[name].append(r.rps)
+                p99[name].append(r.percentile_ms(99))
+    out = {f"{k}_rps": statistics.median(v) for k, v in runs.items()}
+    out.update({f"{k}_p99_ms": statistics.median(v) for k, v in p99.items()})
+    out["gateway_vs_bare"] = out["gateway_rps"] / out["bare_hypercorn_rps"]
+    for k, v in runs.items():
+        print(f"{k:15s} c={ns.connections}: {statistics.median(v):7.0f} req/s (runs: {', '.join(f'{x:.0f}' for x in v)}), p99 {statistics.median(p99[k]):.1f} ms")
+    print(f"gateway / bare Hypercorn-Trio = {out['gateway_vs_bare']:.2f}")
+    return out
+
+
+def machine() -> dict:
+    info = {"python": platform.python_version(), "nproc": os.cpu_count(), "kernel": platform.release()}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        info["loadavg_before"] = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        pass
+    return info
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("parse")
+    c = sub.add_parser("client")
+    c.add_argument("--seconds", type=float, default=3)
+    c.add_argument("--rounds", type=int, default=3)
+    lat = sub.add_parser("latency")
+    lat.add_argument("--rounds", type=int, default=5)
+    lat.add_argument("--requests", type=int, default=2000)
+    t = sub.add_parser("throughput")
+    t.add_argument("--rounds", type=int, default=3)
+    t.add_argument("--seconds", type=float, default=8)
+    t.add_argument("--connections", type=int, default=32)
+    a = sub.add_parser("all")
+    a.add_argument("--rounds", type=int, default=3)
+    ns = parser.parse_args()
+    results: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if ns.cmd == "all":
+        results["parse"] = cmd_parse(ns)
+        results["client"] = cmd_client(argparse.Namespace(seconds=3, rounds=ns.rounds))
+        results["latency"] = cmd_latency(argparse.Namespace(rounds=max(ns.rounds, 5), requests=2000))
+        results["throughput"] = cmd_throughput(argparse.Namespace(rounds=ns.rounds, seconds=8, connections=32))
+    else:
+        results[ns.cmd] = {"parse": cmd_parse, "client": cmd_client, "latency": cmd_latency, "throughput": cmd_throughput}[ns.cmd](ns)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{ns.cmd}-{results['when'].replace(':', '')}.json"
+    path.write_text(json.dumps(results, indent=2))
+    print(f"wrote {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
