@@ -115,10 +115,15 @@ def cmd_client(ns: argparse.Namespace) -> dict:
     out: dict = {}
     with process(mock_args(mock_port), CORE_A, port=mock_port):
         for c in (1, 32):
-            for name, fn in (("h11_pool", client_bench.h11_pool_rps), ("httpcore", client_bench.httpcore_rps)):
+            for name, fn in (
+                ("h11_pool", client_bench.h11_pool_rps),
+                ("httpcore", client_bench.httpcore_rps),
+            ):
                 runs = [trio.run(fn, mock_port, c, ns.seconds) for _ in range(ns.rounds)]
                 out[f"{name}_c{c}_rps"] = statistics.median(runs)
-                print(f"{name:9s} c={c:<3d} {statistics.median(runs):8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in runs)})")
+                print(
+                    f"{name:9s} c={c:<3d} {statistics.median(runs):8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in runs)})"
+                )
     return out
 
 
@@ -138,8 +143,12 @@ def cmd_latency(ns: argparse.Namespace) -> dict:
                 rows[f"{name}_p50"].append(r.percentile_ms(50))
                 rows[f"{name}_p99"].append(r.percentile_ms(99))
     out = {k: statistics.median(v) for k, v in rows.items()}
-    out["added_p50_ms"] = statistics.median(g - d for g, d in zip(rows["gw_p50"], rows["direct_p50"], strict=True))
-    out["added_p99_ms"] = statistics.median(g - d for g, d in zip(rows["gw_p99"], rows["direct_p99"], strict=True))
+    out["added_p50_ms"] = statistics.median(
+        g - d for g, d in zip(rows["gw_p50"], rows["direct_p50"], strict=True)
+    )
+    out["added_p99_ms"] = statistics.median(
+        g - d for g, d in zip(rows["gw_p99"], rows["direct_p99"], strict=True)
+    )
     print(
         f"c=1, {ns.rounds} rounds x {ns.requests} requests: direct p50 {out['direct_p50']:.3f} p99 {out['direct_p99']:.3f} ms; "
         f"gateway p50 {out['gw_p50']:.3f} p99 {out['gw_p99']:.3f} ms; added p50 {out['added_p50_ms']:.3f} p99 {out['added_p99_ms']:.3f} ms"
@@ -152,10 +161,16 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
     mock_port, gw_port, bare_port = free_port(), free_port(), free_port()
     runs: dict[str, list[float]] = {"gateway": [], "bare_hypercorn": [], "mock_direct": []}
     p99: dict[str, list[float]] = {k: [] for k in runs}
-    with process(mock_args(mock_port), CORE_A, port=mock_port), gateway(gw_port, mock_port, CORE_B), process(
-        ["-m", "bench.bare_app", "--port", str(bare_port)], CORE_B, port=bare_port
+    with (
+        process(mock_args(mock_port), CORE_A, port=mock_port),
+        gateway(gw_port, mock_port, CORE_B),
+        process(["-m", "bench.bare_app", "--port", str(bare_port)], CORE_B, port=bare_port),
     ):
-        targets = {"gateway": (gw_port, CHAT), "bare_hypercorn": (bare_port, CHAT), "mock_direct": (mock_port, CHAT_DIRECT)}
+        targets = {
+            "gateway": (gw_port, CHAT),
+            "bare_hypercorn": (bare_port, CHAT),
+            "mock_direct": (mock_port, CHAT_DIRECT),
+        }
         for port, body in targets.values():
             load(port, body, "/v1/chat/completions", ns.connections, 2, 100_000)  # warm-up
         for _ in range(ns.rounds):
@@ -170,13 +185,19 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
     out.update({f"{k}_p99_ms": statistics.median(v) for k, v in p99.items()})
     out["gateway_vs_bare"] = out["gateway_rps"] / out["bare_hypercorn_rps"]
     for k, v in runs.items():
-        print(f"{k:15s} c={ns.connections}: {statistics.median(v):7.0f} req/s (runs: {', '.join(f'{x:.0f}' for x in v)}), p99 {statistics.median(p99[k]):.1f} ms")
+        print(
+            f"{k:15s} c={ns.connections}: {statistics.median(v):7.0f} req/s (runs: {', '.join(f'{x:.0f}' for x in v)}), p99 {statistics.median(p99[k]):.1f} ms"
+        )
     print(f"gateway / bare Hypercorn-Trio = {out['gateway_vs_bare']:.2f}")
     return out
 
 
 def machine() -> dict:
-    info = {"python": platform.python_version(), "nproc": os.cpu_count(), "kernel": platform.release()}
+    info = {
+        "python": platform.python_version(),
+        "nproc": os.cpu_count(),
+        "kernel": platform.release(),
+    }
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -205,14 +226,26 @@ def main() -> None:
     a = sub.add_parser("all")
     a.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
-    results: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    results: dict = {
+        "machine": machine(),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     if ns.cmd == "all":
         results["parse"] = cmd_parse(ns)
         results["client"] = cmd_client(argparse.Namespace(seconds=3, rounds=ns.rounds))
-        results["latency"] = cmd_latency(argparse.Namespace(rounds=max(ns.rounds, 5), requests=2000))
-        results["throughput"] = cmd_throughput(argparse.Namespace(rounds=ns.rounds, seconds=8, connections=32))
+        results["latency"] = cmd_latency(
+            argparse.Namespace(rounds=max(ns.rounds, 5), requests=2000)
+        )
+        results["throughput"] = cmd_throughput(
+            argparse.Namespace(rounds=ns.rounds, seconds=8, connections=32)
+        )
     else:
-        results[ns.cmd] = {"parse": cmd_parse, "client": cmd_client, "latency": cmd_latency, "throughput": cmd_throughput}[ns.cmd](ns)
+        results[ns.cmd] = {
+            "parse": cmd_parse,
+            "client": cmd_client,
+            "latency": cmd_latency,
+            "throughput": cmd_throughput,
+        }[ns.cmd](ns)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{ns.cmd}-{results['when'].replace(':', '')}.json"
     path.write_text(json.dumps(results, indent=2))

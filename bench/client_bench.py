@@ -51,7 +51,9 @@ async def httpcore_rps(port: int, concurrency: int, seconds: float) -> float:
     import httpcore
 
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
-    async with httpcore.AsyncConnectionPool(max_connections=256, max_keepalive_connections=256) as pool:
+    async with httpcore.AsyncConnectionPool(
+        max_connections=256, max_keepalive_connections=256
+    ) as pool:
 
         async def one() -> None:
             resp = await pool.request("POST", url, headers=HEADERS, content=BODY)

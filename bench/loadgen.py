@@ -59,12 +59,16 @@ class _Conn:
         status = int(head[9:12])
         i = head.find(b"content-length:")
         if i >= 0:
-            length = int(head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None])
+            length = int(
+                head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]
+            )
             while len(self.buf) < length:
                 await self._fill()
             self.buf = self.buf[length:]
         elif b"transfer-encoding: chunked" in head:
-            while (j := self.buf.find(b"\r\n0\r\n\r\n")) < 0 and not self.buf.startswith(b"0\r\n\r\n"):
+            while (j := self.buf.find(b"\r\n0\r\n\r\n")) < 0 and not self.buf.startswith(
+                b"0\r\n\r\n"
+            ):
                 await self._fill()
             self.buf = self.buf[j + 7 :] if j >= 0 else self.buf[5:]
         return status

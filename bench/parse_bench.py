@@ -21,16 +21,32 @@ TYPICAL = {
             "content": "You are a careful assistant for an edge deployment. Answer briefly, cite the "
             "tool results you used, and never invent numbers. If a question needs live data, call a tool.",
         },
-        {"role": "user", "content": "What is the weather in Lisbon today, and should I take an umbrella?"},
+        {
+            "role": "user",
+            "content": "What is the weather in Lisbon today, and should I take an umbrella?",
+        },
         {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Lisbon"}'}}
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Lisbon"}'},
+                }
             ],
         },
-        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c":17,"rain_probability":0.64,"wind_kph":21}'},
-        {"role": "user", "content": [{"type": "text", "text": "And tomorrow morning, around 8am? Keep it short please."}]},
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": '{"temp_c":17,"rain_probability":0.64,"wind_kph":21}',
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "And tomorrow morning, around 8am? Keep it short please."}
+            ],
+        },
     ],
     "tools": [
         {
@@ -61,11 +77,37 @@ TYPICAL = {
 }
 
 ALLOWED = {
-    "model", "messages", "max_completion_tokens", "max_tokens", "temperature", "top_p", "stop",
-    "frequency_penalty", "presence_penalty", "top_k", "repetition_penalty", "min_tokens",
-    "chat_template_kwargs", "n", "best_of", "lora_adapter", "user", "safety_identifier", "seed",
-    "logprobs", "top_logprobs", "logit_bias", "prompt_cache_key", "routing_key", "response_format",
-    "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls", "reasoning_effort",
+    "model",
+    "messages",
+    "max_completion_tokens",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "top_k",
+    "repetition_penalty",
+    "min_tokens",
+    "chat_template_kwargs",
+    "n",
+    "best_of",
+    "lora_adapter",
+    "user",
+    "safety_identifier",
+    "seed",
+    "logprobs",
+    "top_logprobs",
+    "logit_bias",
+    "prompt_cache_key",
+    "routing_key",
+    "response_format",
+    "stream",
+    "stream_options",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning_effort",
     "reasoning_format",
 }
 ROLES = {"system", "user", "assistant", "tool", "developer"}
@@ -92,7 +134,9 @@ def python_parse(body: bytes) -> bytes:
         raise ValueError("model")
     for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
         v = doc.get(name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)):
+        if v is not None and (
+            isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+        ):
             raise ValueError(name)
     for name in ("max_completion_tokens", "max_tokens", "seed", "n"):
         v = doc.get(name)

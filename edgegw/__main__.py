@@ -17,15 +17,21 @@ DEMO_KEY = "demo-upstream-key"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edgegw", description="Edge inference gateway (OpenAI API).")
+    parser = argparse.ArgumentParser(
+        prog="edgegw", description="Edge inference gateway (OpenAI API)."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--host", help="address to listen on (SERVER_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (SERVER_PORT, default 8080)")
-    serve.add_argument("--config", help="YAML/JSON file with settings (keys named like the environment variables)")
+    serve.add_argument(
+        "--config", help="YAML/JSON file with settings (keys named like the environment variables)"
+    )
     demo = sub.add_parser("demo", help="run the gateway in front of the built-in mock provider")
     demo.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
-    demo.add_argument("--token-rate", type=float, default=20.0, help="mock tokens per second when streaming")
+    demo.add_argument(
+        "--token-rate", type=float, default=20.0, help="mock tokens per second when streaming"
+    )
     return parser
 
 
@@ -33,13 +39,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":
-            settings = Settings.load(config_file=args.config, overrides={"host": args.host, "port": args.port})
+            settings = Settings.load(
+                config_file=args.config, overrides={"host": args.host, "port": args.port}
+            )
         else:
             settings = Settings.load(overrides={"port": args.port})
     except SettingsError as e:
         print(f"edgegw: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         if args.command == "serve":
             trio.run(_serve_until_signal, settings)
@@ -70,13 +80,19 @@ async def _demo(settings: Settings, token_rate: float) -> None:
     mock = MockUpstream(MockConfig(token_rate=token_rate, tokens=24, api_key=DEMO_KEY))
     async with trio.open_nursery() as nursery:
         mock_port = await nursery.start(mock.serve, "127.0.0.1", 0)
-        providers = {"openai": ProviderConfig(PROVIDERS["openai"], f"http://127.0.0.1:{mock_port}/v1", DEMO_KEY)}
+        providers = {
+            "openai": ProviderConfig(
+                PROVIDERS["openai"], f"http://127.0.0.1:{mock_port}/v1", DEMO_KEY
+            )
+        }
         settings = replace(settings, providers=MappingProxyType(providers))
         stop = trio.Event()
         nursery.start_soon(_set_on_signal, stop)
         async with trio.open_nursery() as gateway:
             binds = await gateway.start(
-                lambda task_status: serve(settings, shutdown_trigger=stop.wait, task_status=task_status)
+                lambda task_status: serve(
+                    settings, shutdown_trigger=stop.wait, task_status=task_status
+                )
             )
             _print_examples(binds[0], mock_port)
         # serve() has drained and returned; now the mock and the signal watcher go.

@@ -88,7 +88,9 @@ class App:
             handler = methods.get(scope["method"])
             if handler is None:
                 allow = ", ".join(sorted(methods)).encode()
-                raise GatewayError(405, "method_not_allowed", "Method not allowed", headers=((b"allow", allow),))
+                raise GatewayError(
+                    405, "method_not_allowed", "Method not allowed", headers=((b"allow", allow),)
+                )
             if self._api_keys and scope["path"] != "/health":
                 self._authenticate(scope)
             await handler(self, scope, receive, send)
@@ -149,7 +151,12 @@ class App:
                 param="model",
             )
         if not model:
-            raise GatewayError(400, "invalid_request", "'model' names no model after the provider prefix", param="model")
+            raise GatewayError(
+                400,
+                "invalid_request",
+                "'model' names no model after the provider prefix",
+                param="model",
+            )
         return target, model
 
 
@@ -163,9 +170,15 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-async def _respond(send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+async def _respond(
+    send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
     # A known length spares Hypercorn the chunked framing (one socket send fewer).
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *extra]
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+        *extra,
+    ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -201,7 +214,9 @@ def _too_large(limit: int) -> GatewayError:
     return GatewayError(413, "payload_too_large", f"request body exceeds {limit} bytes")
 
 
-def _unsupported_for_target(fields: tuple[str, ...], features: tuple[str, ...], allowed: frozenset[str]) -> None:
+def _unsupported_for_target(
+    fields: tuple[str, ...], features: tuple[str, ...], allowed: frozenset[str]
+) -> None:
     for name in fields:
         if name not in allowed:
             raise GatewayError(
@@ -226,7 +241,9 @@ async def _generation(
     req = parse_chat_request(body) if chat else parse_completions_request(body)
     target, model = app.resolve(req.model, scope)
     provider = target.config.provider
-    _unsupported_for_target(req.fields, req.features, OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETIONS_FIELDS)
+    _unsupported_for_target(
+        req.fields, req.features, OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETIONS_FIELDS
+    )
     omit = GATEWAY_ONLY_FIELDS + provider.omit_fields
     path = provider.chat_path if chat else provider.completions_path
     ex = Exchange(
@@ -296,7 +313,11 @@ async def _provider_models(app: App, target: Target) -> list[dict[str, Any]]:
         doc = orjson.loads(payload)
     except orjson.JSONDecodeError:
         raise GatewayError(502, "bad_upstream_response", "model listing is not JSON") from None
-    items = doc.get("data") or doc.get("models") or doc.get("result") or [] if isinstance(doc, dict) else []
+    items = (
+        doc.get("data") or doc.get("models") or doc.get("result") or []
+        if isinstance(doc, dict)
+        else []
+    )
     out = []
     for item in items if isinstance(items, list) else []:
         if not isinstance(item, dict):
@@ -309,7 +330,9 @@ async def _provider_models(app: App, target: Target) -> list[dict[str, Any]]:
                 "id": f"{provider.id}/{mid}",
                 "object": "model",
                 "created": item.get("created") if isinstance(item.get("created"), int) else 0,
-                "owned_by": item.get("owned_by") if isinstance(item.get("owned_by"), str) else provider.id,
+                "owned_by": item.get("owned_by")
+                if isinstance(item.get("owned_by"), str)
+                else provider.id,
                 "served_by": provider.id,
             }
         )

@@ -51,7 +51,9 @@ def envelope(message: str, type: str, param: str | None, code: str | None) -> by
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def render_error(exc: GatewayError | RequestError) -> tuple[int, tuple[tuple[bytes, bytes], ...], bytes]:
+def render_error(
+    exc: GatewayError | RequestError,
+) -> tuple[int, tuple[tuple[bytes, bytes], ...], bytes]:
     """(status, extra headers, body) for an error raised anywhere in the pipeline."""
     if isinstance(exc, GatewayError):
         return exc.status, exc.headers, envelope(exc.message, exc.type, exc.param, exc.code)

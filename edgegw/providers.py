@@ -17,17 +17,46 @@ AuthKind = Literal["bearer", "xheader", "none"]
 # are not here: a request using one is refused for a remote target, never silently cut.
 OPENAI_CHAT_FIELDS = frozenset(
     {
-        "model", "messages", "max_completion_tokens", "max_tokens", "temperature", "top_p",
-        "stop", "frequency_penalty", "presence_penalty", "n", "user", "seed", "logprobs",
-        "top_logprobs", "logit_bias", "prompt_cache_key", "routing_key", "response_format",
-        "stream", "stream_options", "tools", "tool_choice", "parallel_tool_calls",
-        "reasoning_effort", "reasoning_format",
+        "model",
+        "messages",
+        "max_completion_tokens",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "frequency_penalty",
+        "presence_penalty",
+        "n",
+        "user",
+        "seed",
+        "logprobs",
+        "top_logprobs",
+        "logit_bias",
+        "prompt_cache_key",
+        "routing_key",
+        "response_format",
+        "stream",
+        "stream_options",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "reasoning_format",
     }
 )
 OPENAI_COMPLETIONS_FIELDS = frozenset(
     {
-        "model", "prompt", "max_tokens", "temperature", "top_p", "stop", "frequency_penalty",
-        "presence_penalty", "seed", "stream", "n",
+        "model",
+        "prompt",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop",
+        "frequency_penalty",
+        "presence_penalty",
+        "seed",
+        "stream",
+        "n",
     }
 )
 # Accepted from clients but meaningless upstream: never forwarded to a remote provider.

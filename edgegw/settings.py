@@ -129,7 +129,9 @@ def _read_config_file(path: Path) -> dict[str, str]:
             raise SettingsError(f"--config {path}: keys must be strings")
         if isinstance(value, dict | list):
             continue  # structured sections (local models, ...) are read by their owners
-        out[key.upper()] = "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        out[key.upper()] = (
+            "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+        )
     return out
 
 
@@ -168,7 +170,9 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             lines = Path(v).read_text(encoding="utf-8").splitlines()
         except OSError as e:
             raise SettingsError(f"EDGEGW_API_KEYS_FILE: cannot read ({e.strerror})") from None
-        keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        keys += [
+            line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+        ]
     for k in keys:
         if not k.isprintable() or " " in k:
             raise SettingsError("EDGEGW_API_KEYS: keys must be printable and contain no spaces")
@@ -182,7 +186,9 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         key = env.get(key_var, "").strip() or None
         url = _url(url_var, url_text) if url_text else provider.default_url
         if "{ACCOUNT_ID}" in url and key:
-            raise SettingsError(f"{url_var}: replace {{ACCOUNT_ID}} with your Cloudflare account id")
+            raise SettingsError(
+                f"{url_var}: replace {{ACCOUNT_ID}} with your Cloudflare account id"
+            )
         if key or (provider.keyless and url_text):
             providers[pid] = ProviderConfig(provider, url, key)
     kw["providers"] = MappingProxyType(providers)

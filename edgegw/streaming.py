@@ -128,7 +128,12 @@ class DisconnectWatch:
 
 
 async def forward(
-    settings: Settings, watch: DisconnectWatch, pool: UpstreamPool, receive: Receive, send: Send, ex: Exchange
+    settings: Settings,
+    watch: DisconnectWatch,
+    pool: UpstreamPool,
+    receive: Receive,
+    send: Send,
+    ex: Exchange,
 ) -> StreamOutcome:
     """Non-streaming: the upstream's 2xx body as it was sent, or its error in the envelope."""
     outcome = StreamOutcome()
@@ -136,7 +141,9 @@ async def forward(
     try:
         with w.scope:
             # One scope for both limits: the head, then the body.
-            with trio.CancelScope(deadline=trio.current_time() + settings.first_byte_timeout_s) as limit:
+            with trio.CancelScope(
+                deadline=trio.current_time() + settings.first_byte_timeout_s
+            ) as limit:
                 resp = await pool.send(ex.origin, ex.method, ex.target, ex.headers, ex.body)
                 try:
                     limit.deadline = trio.current_time() + settings.idle_timeout_s
@@ -172,7 +179,12 @@ async def _open(settings: Settings, pool: UpstreamPool, ex: Exchange) -> Respons
 
 
 async def relay_sse(
-    settings: Settings, watch: DisconnectWatch, pool: UpstreamPool, receive: Receive, send: Send, ex: Exchange
+    settings: Settings,
+    watch: DisconnectWatch,
+    pool: UpstreamPool,
+    receive: Receive,
+    send: Send,
+    ex: Exchange,
 ) -> StreamOutcome:
     """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage."""
     outcome = StreamOutcome()
@@ -227,7 +239,9 @@ async def _pump(settings: Settings, resp: Response, send: Send, outcome: StreamO
             return
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     if splitter.finish() and not outcome.done:
-        await _end_with_error(send, outcome, "upstream_stream_truncated", "the upstream stream ended mid-event")
+        await _end_with_error(
+            send, outcome, "upstream_stream_truncated", "the upstream stream ended mid-event"
+        )
         return
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -97,13 +97,19 @@ class UpstreamPool:
                 tcp = await trio.open_tcp_stream(origin.host, origin.port)
                 stream: trio.abc.Stream = tcp
                 if origin.scheme == "https":
-                    tls = trio.SSLStream(tcp, self._ssl(), server_hostname=origin.host, https_compatible=True)
+                    tls = trio.SSLStream(
+                        tcp, self._ssl(), server_hostname=origin.host, https_compatible=True
+                    )
                     await tls.do_handshake()
                     stream = tls
         except trio.TooSlowError:
-            raise GatewayError(504, "upstream_timeout", "timed out connecting to the upstream") from None
+            raise GatewayError(
+                504, "upstream_timeout", "timed out connecting to the upstream"
+            ) from None
         except (OSError, trio.BrokenResourceError, ssl.SSLError) as e:
-            raise GatewayError(502, "upstream_unreachable", "could not connect to the upstream") from e
+            raise GatewayError(
+                502, "upstream_unreachable", "could not connect to the upstream"
+            ) from e
         self.open_connections += 1
         return _Connection(stream, tcp.socket)
 
@@ -161,7 +167,9 @@ class UpstreamPool:
                 await self._discard(conn)
                 if reused:
                     continue
-                raise GatewayError(502, "upstream_closed", "the upstream closed the connection") from None
+                raise GatewayError(
+                    502, "upstream_closed", "the upstream closed the connection"
+                ) from None
             except BaseException as e:
                 await self._discard(conn)
                 if isinstance(e, Exception):
@@ -209,9 +217,13 @@ def _transport_error(e: Exception) -> GatewayError:
     if isinstance(e, trio.TooSlowError):
         return GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
     if isinstance(e, h11.ProtocolError):
-        return GatewayError(502, "bad_upstream_response", "the upstream sent a malformed HTTP response")
+        return GatewayError(
+            502, "bad_upstream_response", "the upstream sent a malformed HTTP response"
+        )
     if isinstance(e, (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError)):
-        return GatewayError(502, "upstream_connection_lost", "the connection to the upstream was lost")
+        return GatewayError(
+            502, "upstream_connection_lost", "the connection to the upstream was lost"
+        )
     return GatewayError(502, "upstream_error", "the upstream request failed")
 
 
@@ -222,7 +234,9 @@ class Response:
 
     __slots__ = ("_pool", "_origin", "_conn", "status", "headers", "_done", "_closed")
 
-    def __init__(self, pool: UpstreamPool, origin: Origin, conn: _Connection, head: h11.Response) -> None:
+    def __init__(
+        self, pool: UpstreamPool, origin: Origin, conn: _Connection, head: h11.Response
+    ) -> None:
         self._pool = pool
         self._origin = origin
         self._conn = conn
@@ -271,7 +285,9 @@ class Response:
         while chunk := await self.receive_chunk():
             size += len(chunk)
             if size > limit:
-                raise GatewayError(502, "upstream_response_too_large", "the upstream response is too large")
+                raise GatewayError(
+                    502, "upstream_response_too_large", "the upstream response is too large"
+                )
             parts.append(chunk)
         return b"".join(parts)
 

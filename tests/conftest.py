@@ -27,8 +27,12 @@ class Gateway:
 
 async def start_gateway(nursery: trio.Nursery, env: Mapping[str, str]) -> Gateway:
     settings = Settings.load(environ={"SERVER_PORT": "0", **env})
-    pool = UpstreamPool(connect_timeout_s=settings.connect_timeout_s, idle_per_host=settings.pool_idle_per_host)
-    binds = await nursery.start(lambda task_status: serve(settings, pool=pool, task_status=task_status))
+    pool = UpstreamPool(
+        connect_timeout_s=settings.connect_timeout_s, idle_per_host=settings.pool_idle_per_host
+    )
+    binds = await nursery.start(
+        lambda task_status: serve(settings, pool=pool, task_status=task_status)
+    )
     base = binds[0]
     return Gateway(base=base, port=int(base.rsplit(":", 1)[1]), pool=pool, settings=settings)
 

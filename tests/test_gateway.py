@@ -26,7 +26,9 @@ async def in_thread(fn, *args, **kwargs):
 
 async def test_chat_non_streaming_with_the_sdk(gateway: Gateway, mock: MockUpstream) -> None:
     c = client(gateway)
-    resp = await in_thread(c.chat.completions.create, model="openai/gpt-4o-mini", messages=MESSAGES, max_tokens=5)
+    resp = await in_thread(
+        c.chat.completions.create, model="openai/gpt-4o-mini", messages=MESSAGES, max_tokens=5
+    )
     assert resp.object == "chat.completion"
     assert resp.model == "gpt-4o-mini"
     assert resp.choices[0].finish_reason == "length"
@@ -60,7 +62,9 @@ async def test_chat_streaming_with_the_sdk(gateway: Gateway) -> None:
 
 async def test_completions_streaming_and_not(gateway: Gateway, mock: MockUpstream) -> None:
     c = client(gateway)
-    resp = await in_thread(c.completions.create, model="openai/gpt-3.5-turbo-instruct", prompt="Say", max_tokens=3)
+    resp = await in_thread(
+        c.completions.create, model="openai/gpt-3.5-turbo-instruct", prompt="Say", max_tokens=3
+    )
     assert resp.object == "text_completion"
     assert len(resp.choices[0].text.split()) == 3
     assert mock.requests[-1].path == "/v1/completions"
@@ -69,10 +73,15 @@ async def test_completions_streaming_and_not(gateway: Gateway, mock: MockUpstrea
         return list(c.completions.create(model="openai/x", prompt="Say", max_tokens=3, stream=True))
 
     chunks = await trio.to_thread.run_sync(run)
-    assert "".join(ch.choices[0].text for ch in chunks if ch.choices).split() == resp.choices[0].text.split()
+    assert (
+        "".join(ch.choices[0].text for ch in chunks if ch.choices).split()
+        == resp.choices[0].text.split()
+    )
 
 
-async def test_client_credentials_never_reach_the_upstream(gateway: Gateway, mock: MockUpstream) -> None:
+async def test_client_credentials_never_reach_the_upstream(
+    gateway: Gateway, mock: MockUpstream
+) -> None:
     resp = await request(
         gateway.port,
         "POST",
@@ -87,7 +96,9 @@ async def test_client_credentials_never_reach_the_upstream(gateway: Gateway, moc
     assert all("client-secret" not in v for v in seen.values())
 
 
-async def test_sie_extension_refused_for_a_remote_provider(gateway: Gateway, mock: MockUpstream) -> None:
+async def test_sie_extension_refused_for_a_remote_provider(
+    gateway: Gateway, mock: MockUpstream
+) -> None:
     before = len(mock.requests)
     with pytest.raises(BadRequestError) as info:
         await in_thread(
@@ -101,22 +112,41 @@ async def test_sie_extension_refused_for_a_remote_provider(gateway: Gateway, moc
     assert len(mock.requests) == before
 
 
-async def test_invalid_request_is_rejected_before_the_upstream(gateway: Gateway, mock: MockUpstream) -> None:
+async def test_invalid_request_is_rejected_before_the_upstream(
+    gateway: Gateway, mock: MockUpstream
+) -> None:
     with pytest.raises(BadRequestError) as info:
-        await in_thread(client(gateway).chat.completions.create, model="openai/m", messages=MESSAGES, temperature=-1)
-    assert (info.value.status_code, info.value.code, info.value.param) == (400, "invalid_request", "temperature")
+        await in_thread(
+            client(gateway).chat.completions.create,
+            model="openai/m",
+            messages=MESSAGES,
+            temperature=-1,
+        )
+    assert (info.value.status_code, info.value.code, info.value.param) == (
+        400,
+        "invalid_request",
+        "temperature",
+    )
     assert mock.requests == []
 
 
 async def test_upstream_error_keeps_status_and_retry_after(gateway: Gateway) -> None:
     with pytest.raises(RateLimitError) as info:
-        await in_thread(client(gateway).chat.completions.create, model="openai/mock-error-429", messages=MESSAGES)
+        await in_thread(
+            client(gateway).chat.completions.create,
+            model="openai/mock-error-429",
+            messages=MESSAGES,
+        )
     assert info.value.response.headers["retry-after"] == "7"
     body = info.value.response.json()
     assert set(body["error"]) == {"message", "type", "param", "code"}
 
     with pytest.raises(InternalServerError) as info2:
-        await in_thread(client(gateway).chat.completions.create, model="openai/mock-error-500", messages=MESSAGES)
+        await in_thread(
+            client(gateway).chat.completions.create,
+            model="openai/mock-error-500",
+            messages=MESSAGES,
+        )
     assert info2.value.status_code == 500
 
 
@@ -147,14 +177,18 @@ async def test_stream_broken_after_first_byte_ends_with_error_event(gateway: Gat
     assert sum(1 for e in events if b'"content"' in e) >= 2
 
     def run() -> None:
-        for _ in client(gateway).chat.completions.create(model="openai/mock-break-after-2", messages=MESSAGES, stream=True):
+        for _ in client(gateway).chat.completions.create(
+            model="openai/mock-break-after-2", messages=MESSAGES, stream=True
+        ):
             pass
 
     with pytest.raises(APIError):
         await trio.to_thread.run_sync(run)
 
 
-async def test_client_disconnect_cancels_the_upstream_stream(nursery: trio.Nursery, mock: MockUpstream) -> None:
+async def test_client_disconnect_cancels_the_upstream_stream(
+    nursery: trio.Nursery, mock: MockUpstream
+) -> None:
     gw = await start_gateway(nursery, upstream_env(mock))
     mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=20, tokens=1000)
     resp = await request(
@@ -174,7 +208,9 @@ async def test_client_disconnect_cancels_the_upstream_stream(nursery: trio.Nurse
     assert gw.pool.open_connections == 0
 
 
-async def test_client_disconnect_cancels_a_non_streaming_request(nursery: trio.Nursery, mock: MockUpstream) -> None:
+async def test_client_disconnect_cancels_a_non_streaming_request(
+    nursery: trio.Nursery, mock: MockUpstream
+) -> None:
     gw = await start_gateway(nursery, upstream_env(mock))
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
     body = orjson.dumps({"model": "openai/mock-hang", "messages": MESSAGES})
@@ -193,28 +229,42 @@ async def test_client_disconnect_cancels_a_non_streaming_request(nursery: trio.N
     assert gw.pool.open_connections == 0
 
 
-async def test_unreachable_upstream_is_502_and_timeout_is_504(nursery: trio.Nursery, mock: MockUpstream) -> None:
+async def test_unreachable_upstream_is_502_and_timeout_is_504(
+    nursery: trio.Nursery, mock: MockUpstream
+) -> None:
     closed = trio.socket.socket()
     await closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
-    gw = await start_gateway(nursery, {"OPENAI_API_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "k"})
+    gw = await start_gateway(
+        nursery, {"OPENAI_API_URL": f"http://127.0.0.1:{port}/v1", "OPENAI_API_KEY": "k"}
+    )
     body = orjson.dumps({"model": "openai/m", "messages": MESSAGES})
     resp = await request(gw.port, "POST", "/v1/chat/completions", body)
     assert resp.status == 502
     assert orjson.loads(resp.body)["error"]["code"] == "upstream_unreachable"
 
     gw2 = await start_gateway(nursery, upstream_env(mock, UPSTREAM_FIRST_BYTE_TIMEOUT="300ms"))
-    resp = await request(gw2.port, "POST", "/v1/chat/completions", orjson.dumps({"model": "openai/mock-hang", "messages": MESSAGES}))
+    resp = await request(
+        gw2.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({"model": "openai/mock-hang", "messages": MESSAGES}),
+    )
     assert resp.status == 504
     assert orjson.loads(resp.body)["error"]["code"] == "upstream_timeout"
 
 
-async def test_stalled_stream_ends_with_error_event(nursery: trio.Nursery, mock: MockUpstream) -> None:
+async def test_stalled_stream_ends_with_error_event(
+    nursery: trio.Nursery, mock: MockUpstream
+) -> None:
     gw = await start_gateway(nursery, upstream_env(mock, UPSTREAM_IDLE_TIMEOUT="200ms"))
     mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=2, tokens=10)
     resp = await request(
-        gw.port, "POST", "/v1/chat/completions", orjson.dumps({"model": "openai/m", "messages": MESSAGES, "stream": True})
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({"model": "openai/m", "messages": MESSAGES, "stream": True}),
     )
     events = sse_data(resp.body)
     assert b"[DONE]" not in events
@@ -226,14 +276,40 @@ async def test_stalled_stream_ends_with_error_event(nursery: trio.Nursery, mock:
     [
         ("GET", "/nope", b"", 404, "not_found"),
         ("GET", "/v1/chat/completions", b"", 405, "method_not_allowed"),
-        ("POST", "/v1/chat/completions", b'{"model":"gpt-4o","messages":[{"role":"user","content":"x"}]}', 400, "unknown_provider"),
-        ("POST", "/v1/chat/completions", b'{"model":"groq/llama","messages":[{"role":"user","content":"x"}]}', 400, "provider_not_configured"),
-        ("POST", "/v1/chat/completions", b'{"model":"openai/","messages":[{"role":"user","content":"x"}]}', 400, "invalid_request"),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b'{"model":"gpt-4o","messages":[{"role":"user","content":"x"}]}',
+            400,
+            "unknown_provider",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b'{"model":"groq/llama","messages":[{"role":"user","content":"x"}]}',
+            400,
+            "provider_not_configured",
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            b'{"model":"openai/","messages":[{"role":"user","content":"x"}]}',
+            400,
+            "invalid_request",
+        ),
         ("POST", "/v1/chat/completions", b"not json", 400, "invalid_request"),
-        ("POST", "/v1/completions", b'{"model":"openai/m","prompt":"x","echo":true}', 400, "unsupported_field"),
+        (
+            "POST",
+            "/v1/completions",
+            b'{"model":"openai/m","prompt":"x","echo":true}',
+            400,
+            "unsupported_field",
+        ),
     ],
 )
-async def test_error_envelope(gateway: Gateway, method: str, path: str, body: bytes, status: int, code: str) -> None:
+async def test_error_envelope(
+    gateway: Gateway, method: str, path: str, body: bytes, status: int, code: str
+) -> None:
     resp = await request(gateway.port, method, path, body)
     assert resp.status == status
     err = orjson.loads(resp.body)["error"]
@@ -243,7 +319,10 @@ async def test_error_envelope(gateway: Gateway, method: str, path: str, body: by
 
 async def test_provider_query_parameter(gateway: Gateway, mock: MockUpstream) -> None:
     resp = await request(
-        gateway.port, "POST", "/v1/chat/completions?provider=openai", orjson.dumps({"model": "gpt-4o", "messages": MESSAGES})
+        gateway.port,
+        "POST",
+        "/v1/chat/completions?provider=openai",
+        orjson.dumps({"model": "gpt-4o", "messages": MESSAGES}),
     )
     assert resp.status == 200
     assert orjson.loads(mock.requests[-1].body)["model"] == "gpt-4o"
@@ -261,11 +340,15 @@ async def test_client_api_keys(nursery: trio.Nursery, mock: MockUpstream) -> Non
     gw = await start_gateway(nursery, upstream_env(mock, EDGEGW_API_KEYS="k-one, k-two"))
     body = orjson.dumps({"model": "openai/m", "messages": MESSAGES})
     assert (await request(gw.port, "GET", "/health")).status == 200
-    denied = await request(gw.port, "POST", "/v1/chat/completions", body, [("authorization", "Bearer nope")])
+    denied = await request(
+        gw.port, "POST", "/v1/chat/completions", body, [("authorization", "Bearer nope")]
+    )
     assert denied.status == 401
     assert orjson.loads(denied.body)["error"]["code"] == "invalid_api_key"
     assert (await request(gw.port, "GET", "/v1/models")).status == 401
-    ok = await request(gw.port, "POST", "/v1/chat/completions", body, [("authorization", "Bearer k-two")])
+    ok = await request(
+        gw.port, "POST", "/v1/chat/completions", body, [("authorization", "Bearer k-two")]
+    )
     assert ok.status == 200
     ok2 = await request(gw.port, "POST", "/v1/chat/completions", body, [("x-api-key", "k-one")])
     assert ok2.status == 200

@@ -11,8 +11,11 @@ from edgegw._core import RequestError, SseSplitter
 
 line_end = st.sampled_from([b"\n", b"\r\n", b"\r"])
 field_line = st.one_of(
-    st.builds(lambda v: b"data: " + v, st.binary(max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b)),
-    st.builds(lambda v: b"data:" + v.encode(), st.text(alphabet="ab {}\":,", max_size=20)),
+    st.builds(
+        lambda v: b"data: " + v,
+        st.binary(max_size=40).filter(lambda b: b"\n" not in b and b"\r" not in b),
+    ),
+    st.builds(lambda v: b"data:" + v.encode(), st.text(alphabet='ab {}":,', max_size=20)),
     st.just(b": comment"),
     st.just(b"event: delta"),
     st.just(b"id: 42"),
