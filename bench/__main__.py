@@ -82,6 +82,12 @@ def process(args: list[str], cpu: int, env: dict[str, str] | None = None, port: 
             proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (procfs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mock_args(port: int) -> list[str]:
     return ["-m", "edgegw.mock", "--port", str(port), "--tokens", "16"]
 
@@ -116,7 +122,8 @@ def cmd_client(ns: argparse.Namespace) -> dict:
     with process(mock_args(mock_port), CORE_A, port=mock_port):
         for c in (1, 32):
             for name, fn in (
-                ("h11_pool", client_bench.h11_pool_rps),
+                ("edgegw", client_bench.edgegw_pool_rps),
+                ("h11", client_bench.h11_pool_rps),
                 ("httpcore", client_bench.httpcore_rps),
             ):
                 runs = [trio.run(fn, mock_port, c, ns.seconds) for _ in range(ns.rounds)]
@@ -161,34 +168,48 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
     mock_port, gw_port, bare_port = free_port(), free_port(), free_port()
     runs: dict[str, list[float]] = {"gateway": [], "bare_hypercorn": [], "mock_direct": []}
     p99: dict[str, list[float]] = {k: [] for k in runs}
+    cpu_us: dict[str, list[float]] = {k: [] for k in runs}
     with (
-        process(mock_args(mock_port), CORE_A, port=mock_port),
-        gateway(gw_port, mock_port, CORE_B),
-        process(["-m", "bench.bare_app", "--port", str(bare_port)], CORE_B, port=bare_port),
+        process(mock_args(mock_port), CORE_A, port=mock_port) as mock_proc,
+        gateway(gw_port, mock_port, CORE_B) as gw_proc,
+        process(
+            ["-m", "bench.bare_app", "--port", str(bare_port)], CORE_B, port=bare_port
+        ) as bare_proc,
     ):
         targets = {
-            "gateway": (gw_port, CHAT),
-            "bare_hypercorn": (bare_port, CHAT),
-            "mock_direct": (mock_port, CHAT_DIRECT),
+            "gateway": (gw_port, CHAT, gw_proc.pid),
+            "bare_hypercorn": (bare_port, CHAT, bare_proc.pid),
+            "mock_direct": (mock_port, CHAT_DIRECT, mock_proc.pid),
         }
-        for port, body in targets.values():
+        for port, body, _ in targets.values():
             load(port, body, "/v1/chat/completions", ns.connections, 2, 100_000)  # warm-up
         for _ in range(ns.rounds):
             order = list(targets.items())
             random.shuffle(order)
-            for name, (port, body) in order:
+            for name, (port, body, pid) in order:
+                before = cpu_seconds(pid)
                 r = load(port, body, "/v1/chat/completions", ns.connections, ns.seconds, 1_000_000)
+                used = cpu_seconds(pid) - before
                 assert r.errors == 0, (name, r.statuses, r.errors)
                 runs[name].append(r.rps)
                 p99[name].append(r.percentile_ms(99))
+                cpu_us[name].append(used / r.requests * 1e6)
     out = {f"{k}_rps": statistics.median(v) for k, v in runs.items()}
     out.update({f"{k}_p99_ms": statistics.median(v) for k, v in p99.items()})
+    out.update({f"{k}_cpu_us_per_req": statistics.median(v) for k, v in cpu_us.items()})
     out["gateway_vs_bare"] = out["gateway_rps"] / out["bare_hypercorn_rps"]
+    out["gateway_vs_bare_cpu"] = (
+        out["bare_hypercorn_cpu_us_per_req"] / out["gateway_cpu_us_per_req"]
+    )
     for k, v in runs.items():
         print(
-            f"{k:15s} c={ns.connections}: {statistics.median(v):7.0f} req/s (runs: {', '.join(f'{x:.0f}' for x in v)}), p99 {statistics.median(p99[k]):.1f} ms"
+            f"{k:15s} c={ns.connections}: {statistics.median(v):7.0f} req/s (runs: {', '.join(f'{x:.0f}' for x in v)}), "
+            f"p99 {statistics.median(p99[k]):.1f} ms, server CPU {statistics.median(cpu_us[k]):.0f} µs/req"
         )
-    print(f"gateway / bare Hypercorn-Trio = {out['gateway_vs_bare']:.2f}")
+    print(
+        f"gateway / bare Hypercorn-Trio: {out['gateway_vs_bare']:.2f} by req/s, "
+        f"{out['gateway_vs_bare_cpu']:.2f} by CPU per request"
+    )
     return out
 
 

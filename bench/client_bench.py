@@ -1,10 +1,12 @@
-"""Upstream client choice: edgegw's h11 pool against httpcore's async pool on Trio, both
-driving the same mock upstream (another process, another core), closed loop."""
+"""Upstream client choice, closed loop against the same mock upstream (another process,
+another core): edgegw's pool (response framing in Rust), the same keep-alive pattern with
+h11 doing the framing (edgegw's first client), and httpcore's async pool on Trio."""
 
 from __future__ import annotations
 
 import time
 
+import h11
 import trio
 
 from edgegw.upstream import Origin, UpstreamPool
@@ -30,7 +32,7 @@ async def _drive(one_request, concurrency: int, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
-async def h11_pool_rps(port: int, concurrency: int, seconds: float) -> float:
+async def edgegw_pool_rps(port: int, concurrency: int, seconds: float) -> float:
     pool = UpstreamPool(idle_per_host=256)
     origin = Origin.from_url(f"http://127.0.0.1:{port}/v1")
 
@@ -60,3 +62,35 @@ async def httpcore_rps(port: int, concurrency: int, seconds: float) -> float:
             assert resp.status == 200
 
         return await _drive(one, concurrency, seconds)
+
+
+async def h11_pool_rps(port: int, concurrency: int, seconds: float) -> float:
+    """A small keep-alive pool framed by h11: one connection per worker, reused."""
+    free: list[tuple[trio.SocketStream, h11.Connection]] = []
+    headers = [(b"host", b"127.0.0.1:%d" % port), (b"content-length", b"%d" % len(BODY)), *HEADERS]
+
+    async def one() -> None:
+        if free:
+            stream, conn = free.pop()
+        else:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            conn = h11.Connection(h11.CLIENT)
+        data = conn.send(
+            h11.Request(method=b"POST", target=b"/v1/chat/completions", headers=headers)
+        )
+        data += conn.send(h11.Data(data=BODY)) + conn.send(h11.EndOfMessage())
+        await stream.send_all(data)
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.EndOfMessage):
+                break
+        conn.start_next_cycle()
+        free.append((stream, conn))
+
+    try:
+        return await _drive(one, concurrency, seconds)
+    finally:
+        for stream, _ in free:
+            await stream.aclose()

@@ -57,12 +57,15 @@ Handler = Callable[["App", dict[str, Any], Receive, Send], Coroutine[Any, Any, N
 class Target:
     """A resolved remote provider: where to send and with which credentials."""
 
-    __slots__ = ("config", "origin", "auth")
+    __slots__ = ("config", "origin", "auth", "json_headers", "sse_headers")
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
         self.origin = Origin.from_url(config.url)
         self.auth = auth_headers(config.provider, config.key)
+        ctype = (b"content-type", b"application/json")
+        self.json_headers = (ctype, (b"accept", b"application/json"), *self.auth)
+        self.sse_headers = (ctype, (b"accept", b"text/event-stream"), *self.auth)
 
 
 class App:
@@ -249,11 +252,7 @@ async def _generation(
     ex = Exchange(
         origin=target.origin,
         target=(target.origin.base_path + path).encode(),
-        headers=[
-            (b"content-type", b"application/json"),
-            (b"accept", b"text/event-stream" if req.stream else b"application/json"),
-            *target.auth,
-        ],
+        headers=target.sse_headers if req.stream else target.json_headers,
         body=req.upstream_body(model, omit),
     )
     if req.stream:

@@ -407,7 +407,9 @@ async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
         if event is not h11.NEED_DATA:
             return event
         if conn.they_are_waiting_for_100_continue:
-            await stream.send_all(conn.send(h11.InformationalResponse(status_code=100)) or b"")
+            await stream.send_all(
+                conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
+            )
         conn.receive_data(await stream.receive_some(RECEIVE_BYTES))
 
 
@@ -653,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     try:
         trio.run(_serve_announced, ns.host, ns.port, config)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:  # Ctrl-C is how a standalone mock stops; it may come in a group
         pass
     return 0
 

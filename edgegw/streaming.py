@@ -138,22 +138,21 @@ async def forward(
     """Non-streaming: the upstream's 2xx body as it was sent, or its error in the envelope."""
     outcome = StreamOutcome()
     w = watch.register(receive)
+    # One scope carries both the disconnect and the time limits (head, then body): a
+    # cancellation without a disconnect is a timeout.
+    w.scope.deadline = trio.current_time() + settings.first_byte_timeout_s
     try:
         with w.scope:
-            # One scope for both limits: the head, then the body.
-            with trio.CancelScope(
-                deadline=trio.current_time() + settings.first_byte_timeout_s
-            ) as limit:
-                resp = await pool.send(ex.origin, ex.method, ex.target, ex.headers, ex.body)
-                try:
-                    limit.deadline = trio.current_time() + settings.idle_timeout_s
-                    payload = await resp.read(settings.max_response_bytes)
-                finally:
-                    await resp.aclose()
-            if limit.cancelled_caught:
-                raise GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
+            resp = await pool.send(ex.origin, ex.method, ex.target, ex.headers, ex.body)
+            try:
+                w.scope.deadline = trio.current_time() + settings.idle_timeout_s
+                payload = await resp.read(settings.max_response_bytes)
+            finally:
+                await resp.aclose()
     finally:
         watch.release(w)
+    if w.scope.cancelled_caught and not w.client_gone:
+        raise GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
     if w.client_gone:
         outcome.client_gone = True
         return outcome

@@ -1,10 +1,14 @@
-"""The upstream HTTP/1.1 client: a small keep-alive pool of h11 connections on Trio.
+"""The upstream HTTP/1.1 client: a small keep-alive pool on Trio.
 
-Chosen over httpcore's Trio pool by measurement (bench/README.md, "upstream client"):
-per request it does one `send_all` and as many `receive_some` as the response needs,
-with no locks on the hot path. TLS is `trio.SSLStream`. A connection goes back to the
-pool only after a whole response was read; a cancelled or failed exchange closes it,
-so a disconnecting client also closes the upstream request.
+Requests are written as bytes in one `send_all`; responses are framed by the Rust core's
+`ResponseParser` (httparse underneath). h11 did this job first; it cost 43 µs of CPU per
+exchange on the reference machine, a third of all the gateway added to a proxied request,
+and was replaced for that reason (numbers in bench/README.md, "upstream client").
+It was chosen over httpcore's Trio pool by measurement as well (same section).
+
+TLS is `trio.SSLStream`. A connection goes back to the pool only after a whole response
+was read and the response allows reuse; a cancelled or failed exchange closes it, so a
+client that disconnects also closes its upstream request.
 
 Transport failures become `GatewayError`s in one table (`_transport_error`):
 connect errors and broken responses are 502, timeouts 504.
@@ -18,15 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import h11
 import trio
 
+from edgegw._core import RequestError, ResponseParser
 from edgegw.errors import GatewayError
 
 USER_AGENT = b"edgegw/0.1"
 READ_SIZE = 65536
-# h11's own limit on a response head; provider heads are a few hundred bytes.
-MAX_HEAD_BYTES = 64 * 1024
 
 Headers = Sequence[tuple[bytes, bytes]]
 
@@ -54,11 +56,10 @@ class Origin:
 
 
 class _Connection:
-    __slots__ = ("stream", "h11", "sock")
+    __slots__ = ("stream", "sock")
 
-    def __init__(self, stream: trio.abc.Stream, sock: object) -> None:
+    def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType) -> None:
         self.stream = stream
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.sock = sock
 
     def looks_alive(self) -> bool:
@@ -127,7 +128,6 @@ class UpstreamPool:
         idle = self._idle.setdefault((origin.scheme, origin.host, origin.port), [])
         if len(idle) >= self.idle_per_host:
             return False
-        conn.h11.start_next_cycle()
         idle.append(conn)
         return True
 
@@ -148,34 +148,38 @@ class UpstreamPool:
 
         A reused keep-alive connection that turns out closed before any response byte is
         retried once on a fresh connection (the peer never saw the request)."""
-        all_headers = [(b"host", origin.host_header), (b"user-agent", USER_AGENT), *headers]
+        if b"\r" in target or b"\n" in target or b" " in target:
+            raise GatewayError(400, "invalid_request", "invalid upstream path")
+        lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
+        for name, value in headers:
+            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
+                raise GatewayError(400, "invalid_request", "invalid header value")
+            lines += (name, b": ", value, b"\r\n")
         if body or method in (b"POST", b"PUT", b"PATCH"):
-            all_headers.append((b"content-length", str(len(body)).encode()))
+            lines.append(b"content-length: %d\r\n" % len(body))
+        lines += (b"user-agent: ", USER_AGENT, b"\r\n\r\n", body)
+        request = b"".join(lines)
         for attempt in (0, 1):
             conn = self._checkout(origin) if attempt == 0 else None
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(origin)
+            parser = ResponseParser(method == b"HEAD")
             try:
-                data = conn.h11.send(h11.Request(method=method, target=target, headers=all_headers))
-                if body:
-                    data += conn.h11.send(h11.Data(data=body))
-                data += conn.h11.send(h11.EndOfMessage())
-                await conn.stream.send_all(data)
-                head = await _read_head(conn)
+                await conn.stream.send_all(request)
+                return await _read_head(self, origin, conn, parser)
             except _StaleConnection:
                 await self._discard(conn)
                 if reused:
                     continue
                 raise GatewayError(
-                    502, "upstream_closed", "the upstream closed the connection"
+                    502, "upstream_connection_lost", "the upstream closed the connection"
                 ) from None
             except BaseException as e:
                 await self._discard(conn)
                 if isinstance(e, Exception):
                     raise _transport_error(e) from e
                 raise
-            return Response(self, origin, conn, head)
         raise AssertionError("unreachable")
 
     async def _discard(self, conn: _Connection) -> None:
@@ -187,27 +191,28 @@ class _StaleConnection(Exception):
     """The connection was closed before the response began."""
 
 
-async def _read_head(conn: _Connection) -> h11.Response:
+async def _read_head(
+    pool: UpstreamPool, origin: Origin, conn: _Connection, parser: ResponseParser
+) -> Response:
     got_bytes = False
     while True:
-        event = conn.h11.next_event()
-        if event is h11.NEED_DATA:
-            try:
-                data = await conn.stream.receive_some(READ_SIZE)
-            except (trio.BrokenResourceError, OSError):
-                if not got_bytes:
-                    raise _StaleConnection() from None
-                raise
-            if not data and not got_bytes:
+        try:
+            data = await conn.stream.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, OSError):
+            if not got_bytes:
+                raise _StaleConnection() from None
+            raise
+        if not data:
+            if not got_bytes:
                 raise _StaleConnection()
-            got_bytes = True
-            conn.h11.receive_data(data)
-            continue
-        if isinstance(event, h11.Response):
-            return event
-        if isinstance(event, h11.InformationalResponse):
-            continue
-        raise h11.RemoteProtocolError(f"unexpected {type(event).__name__}")
+            parser.feed_eof()  # raises: the head never completed
+            raise GatewayError(
+                502, "upstream_connection_lost", "the upstream closed the connection"
+            )
+        got_bytes = True
+        head, body, done = parser.feed(data)
+        if head is not None:
+            return Response(pool, origin, conn, parser, head, body, done)
 
 
 def _transport_error(e: Exception) -> GatewayError:
@@ -216,10 +221,8 @@ def _transport_error(e: Exception) -> GatewayError:
         return e
     if isinstance(e, trio.TooSlowError):
         return GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
-    if isinstance(e, h11.ProtocolError):
-        return GatewayError(
-            502, "bad_upstream_response", "the upstream sent a malformed HTTP response"
-        )
+    if isinstance(e, RequestError):  # from ResponseParser: a malformed or truncated response
+        return GatewayError(502, e.code, str(e), type="upstream_error")
     if isinstance(e, (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError)):
         return GatewayError(
             502, "upstream_connection_lost", "the connection to the upstream was lost"
@@ -230,53 +233,61 @@ def _transport_error(e: Exception) -> GatewayError:
 class Response:
     """A response whose head has arrived. Read the body with `receive_chunk()` (b"" at
     the end) or `read()`, then `aclose()` (which pools the connection when the body was
-    read whole, and closes it otherwise)."""
+    read whole and the response allows reuse, and closes it otherwise)."""
 
-    __slots__ = ("_pool", "_origin", "_conn", "status", "headers", "_done", "_closed")
+    __slots__ = (
+        "_pool",
+        "_origin",
+        "_conn",
+        "_parser",
+        "status",
+        "headers",
+        "_pending",
+        "_done",
+        "_closed",
+    )
 
     def __init__(
-        self, pool: UpstreamPool, origin: Origin, conn: _Connection, head: h11.Response
+        self,
+        pool: UpstreamPool,
+        origin: Origin,
+        conn: _Connection,
+        parser: ResponseParser,
+        head: tuple[int, list[tuple[bytes, bytes]]],
+        body: bytes,
+        done: bool,
     ) -> None:
         self._pool = pool
         self._origin = origin
         self._conn = conn
-        self.status: int = head.status_code
-        self.headers: list[tuple[bytes, bytes]] = head.headers.raw_items()
-        self._done = False
+        self._parser = parser
+        self.status: int = head[0]
+        self.headers: list[tuple[bytes, bytes]] = head[1]  # names lower-cased
+        self._pending = body
+        self._done = done
         self._closed = False
 
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
-            if k.lower() == name:
+            if k == name:
                 return v
         return None
 
     async def receive_chunk(self) -> bytes:
-        conn = self._conn
-        eof = False
+        if self._pending:
+            chunk, self._pending = self._pending, b""
+            return chunk
         while not self._done:
             try:
-                event = conn.h11.next_event()
-                if event is h11.NEED_DATA:
-                    data = await conn.stream.receive_some(READ_SIZE)
-                    eof = not data
-                    conn.h11.receive_data(data)
-                    continue
-            except h11.RemoteProtocolError as e:
-                if eof:  # closed in the middle of the body
-                    raise _transport_error(trio.BrokenResourceError()) from e
-                raise _transport_error(e) from e
+                data = await self._conn.stream.receive_some(READ_SIZE)
+                if data:
+                    _, body, self._done = self._parser.feed(data)
+                else:
+                    _, body, self._done = self._parser.feed_eof()
             except Exception as e:
                 raise _transport_error(e) from e
-            if isinstance(event, h11.Data):
-                if event.data:
-                    return bytes(event.data)
-                continue
-            if isinstance(event, h11.EndOfMessage):
-                self._done = True
-                break
-            if isinstance(event, h11.ConnectionClosed):
-                raise _transport_error(h11.RemoteProtocolError("connection closed"))
+            if body:
+                return body
         return b""
 
     async def read(self, limit: int) -> bytes:
@@ -289,18 +300,12 @@ class Response:
                     502, "upstream_response_too_large", "the upstream response is too large"
                 )
             parts.append(chunk)
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def aclose(self) -> None:
         if self._closed:
             return
         self._closed = True
-        conn = self._conn
-        if (
-            self._done
-            and conn.h11.our_state is h11.DONE
-            and conn.h11.their_state is h11.DONE
-            and self._pool._checkin(self._origin, conn)
-        ):
+        if self._done and self._parser.reusable and self._pool._checkin(self._origin, self._conn):
             return
-        await self._pool._discard(conn)
+        await self._pool._discard(self._conn)

@@ -4,7 +4,7 @@ and its bound on one event's size holds."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgegw._core import RequestError, SseSplitter
@@ -42,7 +42,7 @@ def split(stream: bytes, cuts: list[int]) -> list[tuple]:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(streams(), st.data())
 def test_events_do_not_depend_on_chunk_boundaries(stream: bytes, data: st.DataObject) -> None:
     whole = split(stream, [])

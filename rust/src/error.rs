@@ -16,6 +16,10 @@ pub enum Rejection {
     UnsupportedField { param: String, message: String },
     /// An upstream SSE event exceeded the size bound: an upstream fault, never a client one.
     SseEventTooLarge { limit: usize },
+    /// An upstream HTTP response that breaks the protocol.
+    BadUpstreamResponse(String),
+    /// The upstream closed the connection in the middle of a response.
+    UpstreamClosed,
 }
 
 impl Rejection {
@@ -45,7 +49,9 @@ impl Rejection {
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
             | Rejection::UnsupportedField { .. } => 400,
-            Rejection::SseEventTooLarge { .. } => 502,
+            Rejection::SseEventTooLarge { .. }
+            | Rejection::BadUpstreamResponse(_)
+            | Rejection::UpstreamClosed => 502,
         }
     }
 
@@ -55,7 +61,9 @@ impl Rejection {
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
             | Rejection::UnsupportedField { .. } => "invalid_request_error",
-            Rejection::SseEventTooLarge { .. } => "upstream_error",
+            Rejection::SseEventTooLarge { .. }
+            | Rejection::BadUpstreamResponse(_)
+            | Rejection::UpstreamClosed => "upstream_error",
         }
     }
 
@@ -66,6 +74,8 @@ impl Rejection {
             }
             Rejection::UnsupportedField { .. } => "unsupported_field",
             Rejection::SseEventTooLarge { .. } => "upstream_event_too_large",
+            Rejection::BadUpstreamResponse(_) => "bad_upstream_response",
+            Rejection::UpstreamClosed => "upstream_connection_lost",
         }
     }
 
@@ -73,7 +83,9 @@ impl Rejection {
         match self {
             Rejection::InvalidJson(_)
             | Rejection::NotAnObject
-            | Rejection::SseEventTooLarge { .. } => None,
+            | Rejection::SseEventTooLarge { .. }
+            | Rejection::BadUpstreamResponse(_)
+            | Rejection::UpstreamClosed => None,
             Rejection::InvalidValue { param, .. } | Rejection::UnsupportedField { param, .. } => {
                 Some(param)
             }
@@ -86,6 +98,12 @@ impl Rejection {
             Rejection::NotAnObject => "request body must be a JSON object".to_string(),
             Rejection::InvalidValue { message, .. }
             | Rejection::UnsupportedField { message, .. } => message.clone(),
+            Rejection::BadUpstreamResponse(m) => {
+                format!("the upstream sent a malformed response: {m}")
+            }
+            Rejection::UpstreamClosed => {
+                "the upstream closed the connection mid-response".to_string()
+            }
             Rejection::SseEventTooLarge { limit } => {
                 format!("upstream sent an SSE event larger than {limit} bytes")
             }

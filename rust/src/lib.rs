@@ -2,6 +2,7 @@
 //! (turned on by maturin) adds the binding below, the only code that touches pyo3.
 
 pub mod error;
+pub mod http1;
 pub mod json;
 pub mod request;
 pub mod sse;
@@ -14,6 +15,7 @@ mod binding {
     use pyo3::types::{PyBytes, PyTuple};
 
     use crate::error::Rejection;
+    use crate::http1;
     use crate::request::{self, Endpoint, Parsed};
     use crate::sse;
 
@@ -215,12 +217,77 @@ mod binding {
         }
     }
 
+    type HeadTuple = (u16, Vec<(Py<PyBytes>, Py<PyBytes>)>);
+
+    /// HTTP/1.1 response framing for the upstream client:
+    /// `feed(bytes) -> (head | None, body bytes, done)`, `feed_eof()`, `reusable`.
+    #[pyclass(module = "edgegw._core")]
+    struct ResponseParser {
+        inner: http1::ResponseParser,
+    }
+
+    impl ResponseParser {
+        fn convert<'py>(
+            py: Python<'py>,
+            p: http1::Progress,
+        ) -> (Option<HeadTuple>, Bound<'py, PyBytes>, bool) {
+            let head = p.head.map(|h| {
+                let headers = h
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (PyBytes::new(py, k).unbind(), PyBytes::new(py, v).unbind()))
+                    .collect();
+                (h.status, headers)
+            });
+            (head, PyBytes::new(py, &p.body), p.done)
+        }
+    }
+
+    #[pymethods]
+    impl ResponseParser {
+        #[new]
+        #[pyo3(signature = (head_request = false))]
+        fn new(head_request: bool) -> Self {
+            ResponseParser {
+                inner: http1::ResponseParser::new(head_request),
+            }
+        }
+
+        fn feed<'py>(
+            &mut self,
+            py: Python<'py>,
+            data: &[u8],
+        ) -> PyResult<(Option<HeadTuple>, Bound<'py, PyBytes>, bool)> {
+            let p = self.inner.feed(data).map_err(to_py)?;
+            Ok(Self::convert(py, p))
+        }
+
+        fn feed_eof<'py>(
+            &mut self,
+            py: Python<'py>,
+        ) -> PyResult<(Option<HeadTuple>, Bound<'py, PyBytes>, bool)> {
+            let p = self.inner.feed_eof().map_err(to_py)?;
+            Ok(Self::convert(py, p))
+        }
+
+        #[getter]
+        fn reusable(&self) -> bool {
+            self.inner.reusable()
+        }
+
+        #[getter]
+        fn done(&self) -> bool {
+            self.inner.is_done()
+        }
+    }
+
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("RequestError", m.py().get_type::<RequestError>())?;
         m.add_class::<ParsedRequest>()?;
         m.add_class::<SseEvent>()?;
         m.add_class::<SseSplitter>()?;
+        m.add_class::<ResponseParser>()?;
         m.add_function(wrap_pyfunction!(parse_chat_request, m)?)?;
         m.add_function(wrap_pyfunction!(parse_completions_request, m)?)?;
         m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
