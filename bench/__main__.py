@@ -127,9 +127,13 @@ def cmd_client(ns: argparse.Namespace) -> dict:
                 ("httpcore", client_bench.httpcore_rps),
             ):
                 runs = [trio.run(fn, mock_port, c, ns.seconds) for _ in range(ns.rounds)]
-                out[f"{name}_c{c}_rps"] = statistics.median(runs)
+                rps = statistics.median(r[0] for r in runs)
+                cpu = statistics.median(r[1] for r in runs)
+                out[f"{name}_c{c}_rps"] = rps
+                out[f"{name}_c{c}_cpu_us_per_req"] = cpu
                 print(
-                    f"{name:9s} c={c:<3d} {statistics.median(runs):8.0f} req/s  (runs: {', '.join(f'{x:.0f}' for x in runs)})"
+                    f"{name:9s} c={c:<3d} {rps:8.0f} req/s, client CPU {cpu:6.1f} µs/req "
+                    f"(runs: {', '.join(f'{r[0]:.0f}/{r[1]:.0f}' for r in runs)})"
                 )
     return out
 
@@ -146,7 +150,7 @@ def cmd_latency(ns: argparse.Namespace) -> dict:
             random.shuffle(order)
             for name, port, body in order:
                 r = load(port, body, "/v1/chat/completions", 1, 30, ns.requests)
-                assert r.errors == 0, r.statuses
+                assert r.errors == 0, (name, r.statuses, r.error_kinds)
                 rows[f"{name}_p50"].append(r.percentile_ms(50))
                 rows[f"{name}_p99"].append(r.percentile_ms(99))
     out = {k: statistics.median(v) for k, v in rows.items()}

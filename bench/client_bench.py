@@ -15,7 +15,8 @@ BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":8
 HEADERS = [(b"content-type", b"application/json")]
 
 
-async def _drive(one_request, concurrency: int, seconds: float) -> float:
+async def _drive(one_request, concurrency: int, seconds: float) -> tuple[float, float]:
+    """(requests per second, client CPU µs per request)."""
     count = 0
     deadline = time.perf_counter() + seconds
 
@@ -25,14 +26,15 @@ async def _drive(one_request, concurrency: int, seconds: float) -> float:
             await one_request()
             count += 1
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     async with trio.open_nursery() as nursery:
         for _ in range(concurrency):
             nursery.start_soon(worker)
-    return count / (time.perf_counter() - start)
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return count / elapsed, cpu / count * 1e6
 
 
-async def edgegw_pool_rps(port: int, concurrency: int, seconds: float) -> float:
+async def edgegw_pool_rps(port: int, concurrency: int, seconds: float) -> tuple[float, float]:
     pool = UpstreamPool(idle_per_host=256)
     origin = Origin.from_url(f"http://127.0.0.1:{port}/v1")
 
@@ -49,7 +51,7 @@ async def edgegw_pool_rps(port: int, concurrency: int, seconds: float) -> float:
         await pool.aclose()
 
 
-async def httpcore_rps(port: int, concurrency: int, seconds: float) -> float:
+async def httpcore_rps(port: int, concurrency: int, seconds: float) -> tuple[float, float]:
     import httpcore
 
     url = f"http://127.0.0.1:{port}/v1/chat/completions"
@@ -64,7 +66,7 @@ async def httpcore_rps(port: int, concurrency: int, seconds: float) -> float:
         return await _drive(one, concurrency, seconds)
 
 
-async def h11_pool_rps(port: int, concurrency: int, seconds: float) -> float:
+async def h11_pool_rps(port: int, concurrency: int, seconds: float) -> tuple[float, float]:
     """A small keep-alive pool framed by h11: one connection per worker, reused."""
     free: list[tuple[trio.SocketStream, h11.Connection]] = []
     headers = [(b"host", b"127.0.0.1:%d" % port), (b"content-length", b"%d" % len(BODY)), *HEADERS]

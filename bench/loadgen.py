@@ -14,6 +14,7 @@ import trio
 class LoadResult:
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
     statuses: dict[int, int] = field(default_factory=dict)
     elapsed_s: float = 0.0
 
@@ -51,7 +52,8 @@ class _Conn:
             raise ConnectionError("closed by peer")
         self.buf += data
 
-    async def read_response(self) -> int:
+    async def read_response(self) -> tuple[int, bool]:
+        """(status, whether the server keeps the connection open)."""
         while (end := self.buf.find(b"\r\n\r\n")) < 0:
             await self._fill()
         head = self.buf[:end].lower()
@@ -71,7 +73,7 @@ class _Conn:
             ):
                 await self._fill()
             self.buf = self.buf[j + 7 :] if j >= 0 else self.buf[5:]
-        return status
+        return status, b"connection: close" not in head
 
 
 async def run_load(
@@ -90,13 +92,18 @@ async def run_load(
                     conn = _Conn(await trio.open_tcp_stream("127.0.0.1", port))
                 t0 = time.perf_counter()
                 await conn.stream.send_all(request)
-                status = await conn.read_response()
+                status, keep = await conn.read_response()
                 result.latencies_s.append(time.perf_counter() - t0)
+                if not keep:  # e.g. Hypercorn's keep_alive_max_requests: reconnect, not an error
+                    await conn.stream.aclose()
+                    conn = None
                 result.statuses[status] = result.statuses.get(status, 0) + 1
                 if status >= 400:
                     result.errors += 1
-            except (OSError, ConnectionError, trio.BrokenResourceError, ValueError):
+            except (OSError, ConnectionError, trio.BrokenResourceError, ValueError) as e:
                 result.errors += 1
+                kind = type(e).__name__
+                result.error_kinds[kind] = result.error_kinds.get(kind, 0) + 1
                 if conn is not None:
                     await conn.stream.aclose()
                 conn = None
