@@ -103,7 +103,7 @@ def _int(name: str, text: str, lo: int, hi: int) -> int:
 
 def _url(name: str, text: str) -> str:
     text = text.strip().rstrip("/")
-    if not re.match(r"^https?://[^/\s]+", text):
+    if not re.match(r"^https?://[^/\s]+", text) or not text.isprintable() or " " in text:
         raise SettingsError(f"{name}: expected an http:// or https:// URL")
     return text
 
@@ -184,6 +184,8 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         url_var, key_var = f"{prefix}_API_URL", f"{prefix}_API_KEY"
         url_text = env.get(url_var, "").strip()
         key = env.get(key_var, "").strip() or None
+        if key is not None and (not key.isprintable() or " " in key):
+            raise SettingsError(f"{key_var}: must be printable and contain no spaces")
         url = _url(url_var, url_text) if url_text else provider.default_url
         if "{ACCOUNT_ID}" in url and key:
             raise SettingsError(

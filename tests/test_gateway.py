@@ -3,6 +3,8 @@ through a real gateway to the mock upstream, both started by the test on port 0.
 
 from __future__ import annotations
 
+import logging
+
 import orjson
 import pytest
 import trio
@@ -368,3 +370,25 @@ async def test_pooled_connections_are_reused(gateway: Gateway, mock: MockUpstrea
         assert (await request(gateway.port, "POST", "/v1/chat/completions", body)).status == 200
     assert gateway.pool.open_connections == 1
     assert gateway.pool.idle_count() == 1
+
+
+async def test_no_key_reaches_the_logs(
+    nursery: trio.Nursery, mock: MockUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    gw = await start_gateway(nursery, upstream_env(mock, EDGEGW_API_KEYS="client-key-xyz"))
+    body = orjson.dumps({"model": "openai/mock-error-401", "messages": MESSAGES})
+    for headers in ([("authorization", "Bearer wrong-key-abc")], [("x-api-key", "client-key-xyz")]):
+        await request(gw.port, "POST", "/v1/chat/completions", body, headers)
+    await request(
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({"model": "openai/m", "messages": MESSAGES, "stream": True}),
+        [("x-api-key", "client-key-xyz")],
+        max_chunks=1,
+    )
+    await trio.sleep(0.6)  # let the disconnect watch act and log
+    text = caplog.text
+    for secret in ("client-key-xyz", "wrong-key-abc", UPSTREAM_KEY):
+        assert secret not in text

@@ -1,0 +1,98 @@
+"""Settings: sources and precedence, and bad values failing at start naming the variable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from edgegw.settings import Settings, SettingsError, parse_duration
+
+
+def test_defaults_are_safe() -> None:
+    s = Settings.load(environ={})
+    assert (s.host, s.port) == ("127.0.0.1", 8080)
+    assert s.max_body_bytes == 10 * 1024 * 1024
+    assert s.default_max_tokens == 1024
+    assert s.api_keys == ()
+    # No provider is configured without a key, and keyless ones need an explicit URL.
+    assert dict(s.providers) == {}
+
+
+def test_providers_from_environment() -> None:
+    s = Settings.load(
+        environ={
+            "OPENAI_API_KEY": "sk-1",
+            "NVIDIA_API_KEY": "nv",
+            "NVIDIA_API_URL": "http://127.0.0.1:9/v1/",
+            "OLLAMA_API_URL": "http://127.0.0.1:11434/v1",
+        }
+    )
+    assert set(s.providers) == {"openai", "nvidia", "ollama"}
+    assert s.providers["openai"].url == "https://api.openai.com/v1"
+    assert s.providers["nvidia"].url == "http://127.0.0.1:9/v1"
+    assert s.providers["ollama"].key is None
+    assert "sk-1" not in repr(s)
+
+
+def test_precedence_flags_over_environment_over_file(tmp_path) -> None:
+    cfg = tmp_path / "edgegw.yaml"
+    cfg.write_text("SERVER_PORT: 7000\nSERVER_HOST: 0.0.0.0\nopenai_api_key: from-file\n")
+    s = Settings.load(environ={}, config_file=cfg)
+    assert (s.host, s.port, s.providers["openai"].key) == ("0.0.0.0", 7000, "from-file")
+    s = Settings.load(environ={"SERVER_PORT": "7001"}, config_file=cfg)
+    assert s.port == 7001
+    s = Settings.load(environ={"SERVER_PORT": "7001"}, config_file=cfg, overrides={"port": 7002})
+    assert s.port == 7002
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"SERVER_PORT": "http"}, "SERVER_PORT"),
+        ({"SERVER_PORT": "70000"}, "SERVER_PORT"),
+        ({"SERVER_MAX_REQUEST_BODY_SIZE": "-1"}, "SERVER_MAX_REQUEST_BODY_SIZE"),
+        ({"SIE_GATEWAY_DEFAULT_MAX_TOKENS": "lots"}, "SIE_GATEWAY_DEFAULT_MAX_TOKENS"),
+        ({"UPSTREAM_IDLE_TIMEOUT": "soon"}, "UPSTREAM_IDLE_TIMEOUT"),
+        ({"UPSTREAM_CONNECT_TIMEOUT": "0s"}, "UPSTREAM_CONNECT_TIMEOUT"),
+        ({"OPENAI_API_URL": "ftp://x", "OPENAI_API_KEY": "k"}, "OPENAI_API_URL"),
+        ({"OPENAI_API_KEY": "bad\nkey"}, "OPENAI_API_KEY"),
+        ({"CLOUDFLARE_API_KEY": "k"}, "CLOUDFLARE_API_URL"),
+        ({"EDGEGW_API_KEYS": "has space"}, "EDGEGW_API_KEYS"),
+        ({"LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], variable: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.load(environ=env)
+    assert str(info.value).startswith(variable)
+    for value in env.values():
+        if "key" in variable.lower() and value != "k":
+            assert value not in str(info.value)  # secrets are never echoed
+
+
+def test_durations() -> None:
+    assert parse_duration("X", "30s") == 30
+    assert parse_duration("X", "500ms") == 0.5
+    assert parse_duration("X", "2m") == 120
+    assert parse_duration("X", "1.5") == 1.5
+
+
+def test_api_keys_file(tmp_path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("# clients\nalpha\n\nbeta\n")
+    s = Settings.load(environ={"EDGEGW_API_KEYS_FILE": str(keys), "EDGEGW_API_KEYS": "gamma"})
+    assert set(s.api_keys) == {b"alpha", b"beta", b"gamma"}
+
+
+def test_cli_fails_at_start_naming_the_variable() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgegw", "serve"],
+        env={"SERVER_PORT": "eighty", "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "SERVER_PORT" in proc.stderr
