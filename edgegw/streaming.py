@@ -200,7 +200,12 @@ async def relay_sse(
                         payload = b""
                     raise upstream_error(resp.status, resp.headers, payload)
                 await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-                await _pump(settings, resp, send, outcome)
+                try:
+                    await _pump(settings, resp, send, outcome)
+                except Exception:
+                    # The head is out: the only honest end left is an error event.
+                    log.exception("stream relay failed")
+                    await _end_with_error(send, outcome, "internal_error", "internal error")
             finally:
                 await resp.aclose()
     finally:
