@@ -3,7 +3,8 @@ loopback port 0, started with nursery.start. Nothing of edgegw's own is mocked."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import gc
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import pytest
@@ -15,6 +16,16 @@ from edgegw.settings import Settings
 from edgegw.upstream import UpstreamPool
 
 UPSTREAM_KEY = "upstream-secret-key"
+# Modules whose tests open sockets: collect garbage after each, so that a leaked socket's
+# ResourceWarning fails the test that leaked it (warnings are errors), not a later one.
+SOCKET_MODULES = ("test_gateway", "test_mock", "test_demo")
+
+
+@pytest.fixture(autouse=True)
+def _collect_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if request.module.__name__.rsplit(".", 1)[-1] in SOCKET_MODULES:
+        gc.collect()
 
 
 @dataclass

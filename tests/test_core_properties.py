@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from edgegw._core import RequestError, parse_chat_request, parse_completions_request
 
+from .test_core_rules import expected_fields, forwarded
+
 # Generation can be slow on a loaded 2-core CI box; that is not a failure of the code.
 SETTINGS = settings(
     max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -38,8 +40,6 @@ COMPLETIONS_KEYS = [
 MESSAGE_KEYS = ["role", "content", "name", "tool_calls", "tool_call_id", "refusal"]
 # Accepted but neither a field nor forwarded: safety_identifier always (spec: "never
 # forwarded"), the routing hints when their value is not a string.
-STRING_ONLY_HINTS = ("prompt_cache_key", "routing_key")
-NEVER_FORWARDED = ("safety_identifier",)
 
 
 def parse_or_reject(parse: Any, body: bytes) -> Any:
@@ -310,28 +310,6 @@ ENDPOINT_BODIES = st.one_of(
     st.tuples(st.just(parse_chat_request), valid_chat),
     st.tuples(st.just(parse_completions_request), valid_completions),
 )
-
-
-def ignored(key: str, value: Any) -> bool:
-    if key in NEVER_FORWARDED:
-        return True
-    return key in STRING_ONLY_HINTS and value is not None and not isinstance(value, str)
-
-
-def forwarded(body: dict[str, Any], model: str, omit: tuple[str, ...] = ()) -> dict[str, Any]:
-    out = {k: v for k, v in body.items() if k not in omit and not ignored(k, v)}
-    return {**out, "model": model}
-
-
-def expected_fields(body: dict[str, Any]) -> tuple[str, ...]:
-    # An empty logit_bias counts as absent (SIE: "an empty map is treated as absent").
-    return tuple(
-        sorted(
-            k
-            for k, v in body.items()
-            if v is not None and not ignored(k, v) and not (k == "logit_bias" and v == {})
-        )
-    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,7 +41,10 @@ async def test_demo_answers_the_openai_sdk(stop_signal: signal.Signals) -> None:
             )
             return whole.choices[0].message.content, streamed
 
-        whole, streamed = await trio.to_thread.run_sync(talk)
+        try:
+            whole, streamed = await trio.to_thread.run_sync(talk)
+        finally:
+            client.close()
         assert whole and whole == streamed
         proc.send_signal(stop_signal)
         with trio.fail_after(15):

@@ -4,6 +4,7 @@ through a real gateway to the mock upstream, both started by the test on port 0.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import orjson
 import pytest
@@ -18,16 +19,22 @@ from .rawhttp import request, sse_data
 MESSAGES = [{"role": "user", "content": "Hello there"}]
 
 
-def client(gw: Gateway, key: str = "client-key") -> OpenAI:
-    return OpenAI(base_url=f"{gw.base}/v1", api_key=key, max_retries=0, timeout=10)
+@pytest.fixture
+def sdk(gateway: Gateway) -> Iterator[OpenAI]:
+    """The official client, closed after the test (its pool's sockets would leak)."""
+    client = OpenAI(base_url=f"{gateway.base}/v1", api_key="client-key", max_retries=0, timeout=10)
+    yield client
+    client.close()
 
 
 async def in_thread(fn, *args, **kwargs):
     return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
 
-async def test_chat_non_streaming_with_the_sdk(gateway: Gateway, mock: MockUpstream) -> None:
-    c = client(gateway)
+async def test_chat_non_streaming_with_the_sdk(
+    gateway: Gateway, mock: MockUpstream, sdk: OpenAI
+) -> None:
+    c = sdk
     resp = await in_thread(
         c.chat.completions.create, model="openai/gpt-4o-mini", messages=MESSAGES, max_tokens=5
     )
@@ -41,8 +48,8 @@ async def test_chat_non_streaming_with_the_sdk(gateway: Gateway, mock: MockUpstr
     assert mock.requests[-1].path == "/v1/chat/completions"
 
 
-async def test_chat_streaming_with_the_sdk(gateway: Gateway) -> None:
-    c = client(gateway)
+async def test_chat_streaming_with_the_sdk(gateway: Gateway, sdk: OpenAI) -> None:
+    c = sdk
 
     def run() -> list:
         return list(
@@ -62,8 +69,10 @@ async def test_chat_streaming_with_the_sdk(gateway: Gateway) -> None:
     assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "length"
 
 
-async def test_completions_streaming_and_not(gateway: Gateway, mock: MockUpstream) -> None:
-    c = client(gateway)
+async def test_completions_streaming_and_not(
+    gateway: Gateway, mock: MockUpstream, sdk: OpenAI
+) -> None:
+    c = sdk
     resp = await in_thread(
         c.completions.create, model="openai/gpt-3.5-turbo-instruct", prompt="Say", max_tokens=3
     )
@@ -99,12 +108,12 @@ async def test_client_credentials_never_reach_the_upstream(
 
 
 async def test_sie_extension_refused_for_a_remote_provider(
-    gateway: Gateway, mock: MockUpstream
+    gateway: Gateway, mock: MockUpstream, sdk: OpenAI
 ) -> None:
     before = len(mock.requests)
     with pytest.raises(BadRequestError) as info:
         await in_thread(
-            client(gateway).chat.completions.create,
+            sdk.chat.completions.create,
             model="openai/m",
             messages=MESSAGES,
             extra_body={"lora_adapter": "sql"},
@@ -115,11 +124,11 @@ async def test_sie_extension_refused_for_a_remote_provider(
 
 
 async def test_invalid_request_is_rejected_before_the_upstream(
-    gateway: Gateway, mock: MockUpstream
+    gateway: Gateway, mock: MockUpstream, sdk: OpenAI
 ) -> None:
     with pytest.raises(BadRequestError) as info:
         await in_thread(
-            client(gateway).chat.completions.create,
+            sdk.chat.completions.create,
             model="openai/m",
             messages=MESSAGES,
             temperature=-1,
@@ -132,10 +141,10 @@ async def test_invalid_request_is_rejected_before_the_upstream(
     assert mock.requests == []
 
 
-async def test_upstream_error_keeps_status_and_retry_after(gateway: Gateway) -> None:
+async def test_upstream_error_keeps_status_and_retry_after(gateway: Gateway, sdk: OpenAI) -> None:
     with pytest.raises(RateLimitError) as info:
         await in_thread(
-            client(gateway).chat.completions.create,
+            sdk.chat.completions.create,
             model="openai/mock-error-429",
             messages=MESSAGES,
         )
@@ -145,7 +154,7 @@ async def test_upstream_error_keeps_status_and_retry_after(gateway: Gateway) -> 
 
     with pytest.raises(InternalServerError) as info2:
         await in_thread(
-            client(gateway).chat.completions.create,
+            sdk.chat.completions.create,
             model="openai/mock-error-500",
             messages=MESSAGES,
         )
@@ -164,7 +173,9 @@ async def test_streaming_upstream_error_before_first_byte_is_a_json_error(gatewa
     assert set(orjson.loads(resp.body)["error"]) == {"message", "type", "param", "code"}
 
 
-async def test_stream_broken_after_first_byte_ends_with_error_event(gateway: Gateway) -> None:
+async def test_stream_broken_after_first_byte_ends_with_error_event(
+    gateway: Gateway, sdk: OpenAI
+) -> None:
     resp = await request(
         gateway.port,
         "POST",
@@ -179,7 +190,7 @@ async def test_stream_broken_after_first_byte_ends_with_error_event(gateway: Gat
     assert sum(1 for e in events if b'"content"' in e) >= 2
 
     def run() -> None:
-        for _ in client(gateway).chat.completions.create(
+        for _ in sdk.chat.completions.create(
             model="openai/mock-break-after-2", messages=MESSAGES, stream=True
         ):
             pass
@@ -358,8 +369,8 @@ async def test_client_api_keys(nursery: trio.Nursery, mock: MockUpstream) -> Non
     assert mock.requests[-1].headers["authorization"] == f"Bearer {UPSTREAM_KEY}"
 
 
-async def test_models_list(gateway: Gateway) -> None:
-    resp = await in_thread(client(gateway).models.list)
+async def test_models_list(gateway: Gateway, sdk: OpenAI) -> None:
+    resp = await in_thread(sdk.models.list)
     ids = [m.id for m in resp.data]
     assert ids == ["openai/mock-small", "openai/mock-large"]
 
