@@ -22,11 +22,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qs
 
-import orjson
-import trio
-
 from edgegw._core import RequestError, parse_chat_request, parse_completions_request
+from edgegw.asgi import ClientGone, Receive, Send, read_body, respond_json
 from edgegw.errors import INTERNAL_ERROR_BODY, GatewayError, render_error
+from edgegw.models import ModelCatalog, list_models
 from edgegw.providers import (
     GATEWAY_ONLY_FIELDS,
     OPENAI_CHAT_FIELDS,
@@ -35,7 +34,8 @@ from edgegw.providers import (
     auth_headers,
 )
 from edgegw.settings import ProviderConfig, Settings
-from edgegw.streaming import DisconnectWatch, Exchange, Receive, Send, forward, relay_sse
+from edgegw.streaming import DisconnectWatch, Exchange, forward, relay_sse
+from edgegw.telemetry import Telemetry, metrics_push
 from edgegw.upstream import Origin, UpstreamPool
 
 log = logging.getLogger("edgegw.app")
@@ -45,10 +45,6 @@ UNKNOWN_PROVIDER = (
     "Unable to determine provider for model. Please specify a provider using the ?provider= "
     "query parameter or use the provider/model format (e.g., openai/gpt-4)."
 )
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request was read; there is nobody to answer."""
 
 
 Handler = Callable[["App", dict[str, Any], Receive, Send], Coroutine[Any, Any, None]]
@@ -69,11 +65,19 @@ class Target:
 
 
 class App:
-    def __init__(self, settings: Settings, pool: UpstreamPool, watch: DisconnectWatch) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: UpstreamPool,
+        watch: DisconnectWatch,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self.settings = settings
         self.pool = pool
         self.watch = watch
         self.targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
+        self.catalog = ModelCatalog(settings, pool, self.targets)
+        self.telemetry = telemetry if telemetry is not None else Telemetry(settings)
         self._api_keys = settings.api_keys
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -99,12 +103,12 @@ class App:
             await handler(self, scope, receive, send)
         except (GatewayError, RequestError) as e:
             status, extra, body = render_error(e)
-            await _respond(send, status, body, extra)
+            await respond_json(send, status, body, extra)
         except ClientGone:
             return
         except Exception:
             log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
-            await _respond(send, 500, INTERNAL_ERROR_BODY)
+            await respond_json(send, 500, INTERNAL_ERROR_BODY)
 
     def _authenticate(self, scope: dict[str, Any]) -> None:
         presented = None
@@ -173,50 +177,6 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-async def _respond(
-    send: Send, status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()
-) -> None:
-    # A known length spares Hypercorn the chunked framing (one socket send fewer).
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", b"%d" % len(body)),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def read_body(scope: dict[str, Any], receive: Receive, limit: int) -> bytes:
-    for name, value in scope["headers"]:
-        if name == b"content-length":
-            try:
-                declared = int(value)
-            except ValueError:
-                raise GatewayError(400, "invalid_request", "invalid Content-Length") from None
-            if declared > limit:
-                raise _too_large(limit)
-            break
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(413, "payload_too_large", f"request body exceeds {limit} bytes")
-
-
 def _unsupported_for_target(
     fields: tuple[str, ...], features: tuple[str, ...], allowed: frozenset[str]
 ) -> None:
@@ -272,70 +232,7 @@ async def completions(app: App, scope: dict[str, Any], receive: Receive, send: S
 
 
 async def health(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-    await _respond(send, 200, HEALTH_BODY)
-
-
-async def list_models(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-    """Every configured provider's models, queried concurrently, each under its own
-    timeout; a slow or failing provider is left out rather than failing the list."""
-    results: dict[str, list[dict[str, Any]]] = {}
-
-    async def one(pid: str, target: Target) -> None:
-        with trio.move_on_after(app.settings.models_timeout_s):
-            try:
-                results[pid] = await _provider_models(app, target)
-            except GatewayError as e:
-                log.warning("listing models of %s failed: %s", pid, e.code)
-
-    async with trio.open_nursery() as nursery:
-        for pid, target in app.targets.items():
-            nursery.start_soon(one, pid, target)
-    data = [m for pid in app.targets if pid in results for m in results[pid]]
-    await _respond(send, 200, orjson.dumps({"object": "list", "data": data}))
-
-
-async def _provider_models(app: App, target: Target) -> list[dict[str, Any]]:
-    provider = target.config.provider
-    resp = await app.pool.send(
-        target.origin,
-        b"GET",
-        (target.origin.base_path + provider.models_path).encode(),
-        [(b"accept", b"application/json"), *target.auth],
-    )
-    try:
-        payload = await resp.read(16 * 1024 * 1024)
-    finally:
-        await resp.aclose()
-    if resp.status != 200:
-        raise GatewayError(502, "upstream_error", "model listing failed")
-    try:
-        doc = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        raise GatewayError(502, "bad_upstream_response", "model listing is not JSON") from None
-    items = (
-        doc.get("data") or doc.get("models") or doc.get("result") or []
-        if isinstance(doc, dict)
-        else []
-    )
-    out = []
-    for item in items if isinstance(items, list) else []:
-        if not isinstance(item, dict):
-            continue
-        mid = item.get("id") or item.get("name")
-        if not isinstance(mid, str):
-            continue
-        out.append(
-            {
-                "id": f"{provider.id}/{mid}",
-                "object": "model",
-                "created": item.get("created") if isinstance(item.get("created"), int) else 0,
-                "owned_by": item.get("owned_by")
-                if isinstance(item.get("owned_by"), str)
-                else provider.id,
-                "served_by": provider.id,
-            }
-        )
-    return out
+    await respond_json(send, 200, HEALTH_BODY)
 
 
 ROUTES: dict[str, dict[str, Handler]] = {
@@ -343,4 +240,5 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/chat/completions": {"POST": chat_completions},
     "/v1/completions": {"POST": completions},
     "/v1/models": {"GET": list_models},
+    "/v1/metrics": {"POST": metrics_push},
 }

@@ -13,6 +13,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from edgegw.app import App
 from edgegw.settings import Settings
 from edgegw.streaming import DisconnectWatch
+from edgegw.telemetry import Telemetry
 from edgegw.upstream import UpstreamPool
 
 
@@ -45,10 +46,13 @@ async def serve(
             idle_per_host=settings.pool_idle_per_host,
         )
     watch = DisconnectWatch()
-    app = App(settings, pool, watch)
+    telemetry = Telemetry(settings)
+    app = App(settings, pool, watch, telemetry)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
+            if settings.telemetry_enabled:
+                await nursery.start(telemetry.serve_metrics)
             kwargs: dict[str, Any] = {"task_status": task_status}
             if shutdown_trigger is not None:
                 kwargs["shutdown_trigger"] = shutdown_trigger

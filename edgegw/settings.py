@@ -60,6 +60,20 @@ class Settings:
     models_timeout_s: float = 5.0
     graceful_timeout_s: float = 30.0
     log_level: str = "INFO"
+    # Model filters (inference-gateway's ALLOWED_MODELS / DISALLOWED_MODELS), lower-cased;
+    # an allow-list wins over the deny-list.
+    allowed_models: frozenset[str] = frozenset()
+    disallowed_models: frozenset[str] = frozenset()
+    enable_vision: bool = False
+    enable_images: bool = False
+    telemetry_enabled: bool = False
+    telemetry_metrics_push_enabled: bool = False
+    telemetry_metrics_port: int = 9464
+    # How long one provider's model list is reused.
+    models_cache_ttl_s: float = 300.0
+    # The community model table (context windows, pricing, modalities) written by
+    # `edgegw models sync`; None uses the copy shipped in the package.
+    community_models_file: str | None = None
 
     @classmethod
     def load(
@@ -99,6 +113,15 @@ def _int(name: str, text: str, lo: int, hi: int) -> int:
     if not lo <= value <= hi:
         raise SettingsError(f"{name}: must be in [{lo}, {hi}]")
     return value
+
+
+def _bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "yes", "on"):
+        return True
+    if value in ("false", "0", "no", "off"):
+        return False
+    raise SettingsError(f"{name}: expected true or false")
 
 
 def _url(name: str, text: str) -> str:
@@ -154,6 +177,26 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     ):
         if v := env.get(var):
             kw[attr] = parse_duration(var, v)
+    for var, attr in (
+        ("ALLOWED_MODELS", "allowed_models"),
+        ("DISALLOWED_MODELS", "disallowed_models"),
+    ):
+        if v := env.get(var):
+            kw[attr] = frozenset(m.strip().lower() for m in v.split(",") if m.strip())
+    for var, attr in (
+        ("ENABLE_VISION", "enable_vision"),
+        ("ENABLE_IMAGES", "enable_images"),
+        ("TELEMETRY_ENABLED", "telemetry_enabled"),
+        ("TELEMETRY_METRICS_PUSH_ENABLED", "telemetry_metrics_push_enabled"),
+    ):
+        if v := env.get(var):
+            kw[attr] = _bool(var, v)
+    if v := env.get("TELEMETRY_METRICS_PORT"):
+        kw["telemetry_metrics_port"] = _int("TELEMETRY_METRICS_PORT", v, 0, 65535)
+    if v := env.get("MODELS_CACHE_TTL"):
+        kw["models_cache_ttl_s"] = parse_duration("MODELS_CACHE_TTL", v)
+    if v := env.get("EDGEGW_COMMUNITY_MODELS_FILE"):
+        kw["community_models_file"] = v.strip()
     if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
         kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
     if v := env.get("LOG_LEVEL"):

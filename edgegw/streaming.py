@@ -19,7 +19,6 @@ change: a failure then ends the stream with an SSE error event and no `[DONE]`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,14 +26,13 @@ import orjson
 import trio
 
 from edgegw._core import RequestError, SseSplitter
+from edgegw.asgi import Receive, Send
 from edgegw.errors import GatewayError, envelope
 from edgegw.settings import Settings
 from edgegw.upstream import Headers, Origin, Response, UpstreamPool
 
 log = logging.getLogger("edgegw.streaming")
 
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
