@@ -130,3 +130,16 @@ def auth_headers(provider: Provider, key: str | None) -> list[tuple[bytes, bytes
         elif provider.auth == "bearer" or provider.keyless:
             headers.append((b"authorization", b"Bearer " + key.encode()))
     return headers
+
+
+def model_allowed(allowed: frozenset[str], disallowed: frozenset[str], name: str) -> bool:
+    """inference-gateway's ALLOWED_MODELS / DISALLOWED_MODELS, case-insensitive: an entry
+    matches the full `provider/model` or the bare model; an allow-list wins over the
+    deny-list. `name` is `provider/model`."""
+    if not allowed and not disallowed:
+        return True
+    full = name.lower()
+    bare = full.partition("/")[2]
+    if allowed:
+        return full in allowed or bare in allowed
+    return full not in disallowed and bare not in disallowed

@@ -23,6 +23,19 @@ class Telemetry:
         """Serve Prometheus text at /metrics on TELEMETRY_METRICS_PORT until cancelled."""
         raise NotImplementedError
 
+    def record_generation(
+        self,
+        *,
+        provider: str,
+        model: str,
+        status: int,
+        duration_s: float,
+        ttft_s: float | None,
+        usage: dict[str, Any] | None,
+        tool_calls: list[str],
+    ) -> None:
+        """One finished chat/completions request, as the gateway saw it."""
+
     @property
     def push_enabled(self) -> bool:
         return self.settings.telemetry_enabled and self.settings.telemetry_metrics_push_enabled
