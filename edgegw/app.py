@@ -22,6 +22,10 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import parse_qs
 
+import orjson
+import trio
+
+from edgegw import passthrough
 from edgegw._core import RequestError, parse_chat_request, parse_completions_request
 from edgegw.asgi import ClientGone, Receive, Send, read_body, respond_json
 from edgegw.errors import INTERNAL_ERROR_BODY, GatewayError, render_error
@@ -32,6 +36,7 @@ from edgegw.providers import (
     OPENAI_COMPLETIONS_FIELDS,
     PROVIDERS,
     auth_headers,
+    model_allowed,
 )
 from edgegw.settings import ProviderConfig, Settings
 from edgegw.streaming import DisconnectWatch, Exchange, forward, relay_sse
@@ -89,7 +94,10 @@ class App:
 
     async def _http(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         try:
-            methods = ROUTES.get(scope["path"])
+            path = scope["path"]
+            methods = ROUTES.get(path)
+            if methods is None and path.startswith("/proxy/"):
+                methods = PROXY_ROUTE
             if methods is None:
                 raise GatewayError(404, "not_found", "Requested route is not found")
             handler = methods.get(scope["method"])
@@ -98,7 +106,7 @@ class App:
                 raise GatewayError(
                     405, "method_not_allowed", "Method not allowed", headers=((b"allow", allow),)
                 )
-            if self._api_keys and scope["path"] != "/health":
+            if self._api_keys and path != "/health":
                 self._authenticate(scope)
             await handler(self, scope, receive, send)
         except (GatewayError, RequestError) as e:
@@ -147,6 +155,19 @@ class App:
                 pid, model = prefix.lower(), rest
         if pid is None or pid not in PROVIDERS:
             raise GatewayError(400, "unknown_provider", UNKNOWN_PROVIDER, param="model")
+        target = self.resolve_target(pid)
+        if not model:
+            raise GatewayError(
+                400,
+                "invalid_request",
+                "'model' names no model after the provider prefix",
+                param="model",
+            )
+        self.check_model_allowed(pid, model)
+        return target, model
+
+    def resolve_target(self, pid: str) -> Target:
+        """The configured provider `pid` (a known id), or 400 saying what to set."""
         target = self.targets.get(pid)
         if target is None:
             provider = PROVIDERS[pid]
@@ -157,14 +178,18 @@ class App:
                 f"Provider '{pid}' is not configured on this gateway (set {need}).",
                 param="model",
             )
-        if not model:
-            raise GatewayError(
-                400,
-                "invalid_request",
-                "'model' names no model after the provider prefix",
-                param="model",
+        return target
+
+    def check_model_allowed(self, pid: str, model: str) -> None:
+        """ALLOWED_MODELS / DISALLOWED_MODELS: 403 with inference-gateway's messages."""
+        s = self.settings
+        if not model_allowed(s.allowed_models, s.disallowed_models, f"{pid}/{model}"):
+            message = (
+                "Model not allowed. Please check the list of allowed models."
+                if s.allowed_models
+                else "Model is disallowed. Please use a different model."
             )
-        return target, model
+            raise GatewayError(403, "model_not_allowed", message, param="model")
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -200,10 +225,18 @@ def _unsupported_for_target(
 async def _generation(
     app: App, scope: dict[str, Any], receive: Receive, send: Send, *, chat: bool
 ) -> None:
+    started = trio.current_time()
     body = await read_body(scope, receive, app.settings.max_body_bytes)
     req = parse_chat_request(body) if chat else parse_completions_request(body)
     target, model = app.resolve(req.model, scope)
     provider = target.config.provider
+    if req.has_images and not app.settings.enable_vision:
+        raise GatewayError(
+            400,
+            "vision_disabled",
+            "Image content is not accepted: vision is disabled on this gateway (ENABLE_VISION=true enables it).",
+            param="messages",
+        )
     _unsupported_for_target(
         req.fields, req.features, OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETIONS_FIELDS
     )
@@ -213,7 +246,7 @@ async def _generation(
         origin=target.origin,
         target=(target.origin.base_path + path).encode(),
         headers=target.sse_headers if req.stream else target.json_headers,
-        body=req.upstream_body(model, omit),
+        body=_quirks(provider.id, req.upstream_body(model, omit)),
     )
     if req.stream:
         outcome = await relay_sse(app.settings, app.watch, app.pool, receive, send, ex)
@@ -221,6 +254,26 @@ async def _generation(
         outcome = await forward(app.settings, app.watch, app.pool, receive, send, ex)
     if outcome.client_gone:
         log.debug("client went away; upstream request to %s cancelled", provider.id)
+    app.telemetry.record_generation(
+        provider=provider.id,
+        model=model,
+        status=200 if outcome.error is None else 502,
+        duration_s=trio.current_time() - started,
+        ttft_s=None if outcome.first_chunk_at is None else outcome.first_chunk_at - started,
+        usage=outcome.usage,
+        tool_calls=outcome.tool_calls,
+    )
+
+
+def _quirks(provider_id: str, body: bytes) -> bytes:
+    """Per-provider request fix-ups that need the body: MiniMax has deprecated
+    `max_tokens` in favour of `max_completion_tokens`."""
+    if provider_id == "minimax" and b'"max_tokens"' in body:
+        doc = orjson.loads(body)
+        if "max_tokens" in doc and "max_completion_tokens" not in doc:
+            doc["max_completion_tokens"] = doc.pop("max_tokens")
+            return orjson.dumps(doc)
+    return body
 
 
 async def chat_completions(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -241,4 +294,10 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/completions": {"POST": completions},
     "/v1/models": {"GET": list_models},
     "/v1/metrics": {"POST": metrics_push},
+    "/v1/responses": {"POST": passthrough.responses},
+    "/v1/messages": {"POST": passthrough.messages},
+    "/v1/images/generations": {"POST": passthrough.images_generations},
+    "/v1/images/edits": {"POST": passthrough.images_edits},
+    "/v1/images/variations": {"POST": passthrough.images_variations},
 }
+PROXY_ROUTE: dict[str, Handler] = dict.fromkeys(passthrough.PROXY_METHODS, passthrough.proxy)

@@ -19,7 +19,7 @@ change: a failure then ends the stream with an SSE error event and no `[DONE]`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -59,6 +59,9 @@ class StreamOutcome:
     """What the tap saw: for metrics and logs."""
 
     usage: dict[str, Any] | None = None
+    # trio.current_time() when the first body bytes went to the client (time to first token).
+    first_chunk_at: float | None = None
+    tool_calls: list[str] = field(default_factory=list)
     done: bool = False
     events: int = 0
     error: str | None = None
@@ -132,8 +135,11 @@ async def forward(
     receive: Receive,
     send: Send,
     ex: Exchange,
+    *,
+    raw_errors: bool = False,
 ) -> StreamOutcome:
-    """Non-streaming: the upstream's 2xx body as it was sent, or its error in the envelope."""
+    """Non-streaming: the upstream's 2xx body as it was sent, or its error in the envelope
+    (as the upstream sent it, with `raw_errors`)."""
     outcome = StreamOutcome()
     w = watch.register(receive)
     # One scope carries both the disconnect and the time limits (head, then body): a
@@ -154,14 +160,16 @@ async def forward(
     if w.client_gone:
         outcome.client_gone = True
         return outcome
-    if not 200 <= resp.status < 300:
+    if not 200 <= resp.status < 300 and not raw_errors:
         raise upstream_error(resp.status, resp.headers, payload)
-    if b'"usage"' in payload:
-        outcome.usage = _usage_of(payload)
+    if b'"usage"' in payload or b'"tool_calls"' in payload:
+        _tap_body(payload, outcome)
     headers = [
         (b"content-type", resp.header(b"content-type") or b"application/json"),
         (b"content-length", b"%d" % len(payload)),
     ]
+    if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
+        headers.append((b"retry-after", retry))
     await send({"type": "http.response.start", "status": resp.status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
     return outcome
@@ -182,8 +190,12 @@ async def relay_sse(
     receive: Receive,
     send: Send,
     ex: Exchange,
+    *,
+    raw_errors: bool = False,
 ) -> StreamOutcome:
-    """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage."""
+    """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage.
+    An upstream error before the stream is answered in the envelope (as the upstream sent
+    it, with `raw_errors`)."""
     outcome = StreamOutcome()
     w = watch.register(receive)
     try:
@@ -196,7 +208,10 @@ async def relay_sse(
                             payload = await resp.read(1 << 20)
                     except (trio.TooSlowError, GatewayError):
                         payload = b""
-                    raise upstream_error(resp.status, resp.headers, payload)
+                    if not raw_errors:
+                        raise upstream_error(resp.status, resp.headers, payload)
+                    await _send_raw(send, resp.status, resp.headers, payload)
+                    return outcome
                 await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
                 try:
                     await _pump(settings, resp, send, outcome)
@@ -210,6 +225,13 @@ async def relay_sse(
         watch.release(w)
     outcome.client_gone = w.client_gone
     return outcome
+
+
+async def _send_raw(send: Send, status: int, headers: Headers, payload: bytes) -> None:
+    keep = [(k, v) for k, v in headers if k in (b"content-type", b"retry-after")]
+    keep.append((b"content-length", b"%d" % len(payload)))
+    await send({"type": "http.response.start", "status": status, "headers": keep})
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def _pump(settings: Settings, resp: Response, send: Send, outcome: StreamOutcome) -> None:
@@ -232,14 +254,14 @@ async def _pump(settings: Settings, resp: Response, send: Send, outcome: StreamO
                 outcome.events += 1
                 if event.is_done:
                     outcome.done = True
-                elif b'"usage"' in event.data:
-                    usage = _usage_of(event.data)
-                    if usage is not None:
-                        outcome.usage = usage
+                elif _has_usage(event.data) or b'"tool_calls"' in event.data:
+                    _tap_event(event.data, outcome)
         except RequestError as e:
             await _end_with_error(send, outcome, e.code, str(e))
             return
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if outcome.first_chunk_at is None:
+            outcome.first_chunk_at = trio.current_time()
     if splitter.finish() and not outcome.done:
         await _end_with_error(
             send, outcome, "upstream_stream_truncated", "the upstream stream ended mid-event"
@@ -255,12 +277,51 @@ async def _end_with_error(send: Send, outcome: StreamOutcome, code: str, message
     await send({"type": "http.response.body", "body": event, "more_body": False})
 
 
-def _usage_of(payload: bytes) -> dict[str, Any] | None:
+def _has_usage(data: bytes) -> bool:
+    # Many providers send `"usage":null` on every chunk; only a real object is worth parsing.
+    return b'"usage":' in data and b'"usage":null' not in data
+
+
+def _tap_event(data: bytes, outcome: StreamOutcome) -> None:
+    """Usage and tool-call names from one chat/completions stream chunk."""
     try:
-        usage = orjson.loads(payload).get("usage")
-    except (orjson.JSONDecodeError, AttributeError):
-        return None
-    return usage if isinstance(usage, dict) else None
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    usage = doc.get("usage")
+    if isinstance(usage, dict):
+        outcome.usage = usage
+    for choice in doc.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        _collect_tool_calls(delta, outcome)
+
+
+def _tap_body(payload: bytes, outcome: StreamOutcome) -> None:
+    """Usage and tool-call names from a non-streaming answer."""
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    usage = doc.get("usage")
+    if isinstance(usage, dict):
+        outcome.usage = usage
+    for choice in doc.get("choices") or ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        _collect_tool_calls(message, outcome)
+
+
+def _collect_tool_calls(message: object, outcome: StreamOutcome) -> None:
+    if not isinstance(message, dict):
+        return
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and name:  # streamed calls name the function once
+            outcome.tool_calls.append(name)
 
 
 def upstream_error(status: int, headers: Headers, payload: bytes) -> GatewayError:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import select
 import ssl
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -148,12 +148,9 @@ class UpstreamPool:
 
         A reused keep-alive connection that turns out closed before any response byte is
         retried once on a fresh connection (the peer never saw the request)."""
-        if b"\r" in target or b"\n" in target or b" " in target:
-            raise GatewayError(400, "invalid_request", "invalid upstream path")
+        _check_request_line(target, headers)
         lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
         for name, value in headers:
-            if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name:
-                raise GatewayError(400, "invalid_request", "invalid header value")
             lines += (name, b": ", value, b"\r\n")
         if body or method in (b"POST", b"PUT", b"PATCH"):
             lines.append(b"content-length: %d\r\n" % len(body))
@@ -182,9 +179,68 @@ class UpstreamPool:
                 raise
         raise AssertionError("unreachable")
 
+    async def send_streaming(
+        self,
+        origin: Origin,
+        method: bytes,
+        target: bytes,
+        headers: Headers,
+        next_chunk: Callable[[], Awaitable[bytes]],
+        content_length: int | None,
+    ) -> Response:
+        """Send a request whose body arrives piece by piece (`next_chunk()` returns b""
+        at the end); with no known length it goes chunked. Not retried: the body cannot be
+        replayed, so only a connection that looks alive is reused."""
+        _check_request_line(target, headers)
+        lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
+        for name, value in headers:
+            lines += (name, b": ", value, b"\r\n")
+        if content_length is None:
+            lines.append(b"transfer-encoding: chunked\r\n")
+        else:
+            lines.append(b"content-length: %d\r\n" % content_length)
+        lines += (b"user-agent: ", USER_AGENT, b"\r\n\r\n")
+        conn = self._checkout(origin) or await self._connect(origin)
+        parser = ResponseParser(method == b"HEAD")
+        try:
+            await conn.stream.send_all(b"".join(lines))
+            sent = 0
+            while chunk := await next_chunk():
+                sent += len(chunk)
+                if content_length is None:
+                    await conn.stream.send_all(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+                else:
+                    await conn.stream.send_all(chunk)
+            if content_length is None:
+                await conn.stream.send_all(b"0\r\n\r\n")
+            elif sent != content_length:
+                raise GatewayError(
+                    400, "invalid_request", "request body shorter than its Content-Length"
+                )
+            return await _read_head(self, origin, conn, parser)
+        except _StaleConnection:
+            await self._discard(conn)
+            raise GatewayError(
+                502, "upstream_connection_lost", "the upstream closed the connection"
+            ) from None
+        except BaseException as e:
+            await self._discard(conn)
+            if isinstance(e, Exception):
+                raise _transport_error(e) from e
+            raise
+
     async def _discard(self, conn: _Connection) -> None:
         self.open_connections -= 1
         await conn.aclose()
+
+
+def _check_request_line(target: bytes, headers: Headers) -> None:
+    """No byte that could split the request: the last guard against header injection."""
+    if b"\r" in target or b"\n" in target or b" " in target or b"\t" in target:
+        raise GatewayError(400, "invalid_request", "invalid upstream path")
+    for name, value in headers:
+        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
+            raise GatewayError(400, "invalid_request", "invalid header")
 
 
 class _StaleConnection(Exception):

@@ -154,6 +154,44 @@ mod binding {
         parse_with(body, request::parse_completions)
     }
 
+    /// A passthrough body: `.model`, `.stream`, `.with_model(model) -> bytes`.
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct PassthroughRequest {
+        body: Py<PyBytes>,
+        inner: request::Passthrough,
+    }
+
+    #[pymethods]
+    impl PassthroughRequest {
+        #[getter]
+        fn model(&self) -> Option<&str> {
+            self.inner.model.as_deref()
+        }
+        #[getter]
+        fn stream(&self) -> bool {
+            self.inner.stream
+        }
+        fn with_model<'py>(&self, py: Python<'py>, model: &str) -> Bound<'py, PyBytes> {
+            PyBytes::new(
+                py,
+                &self.inner.with_model(self.body.bind(py).as_bytes(), model),
+            )
+        }
+    }
+
+    /// Parse a passthrough body (strict JSON object; reads only `model` and `stream`).
+    #[pyfunction]
+    fn parse_passthrough(body: &Bound<'_, PyAny>) -> PyResult<PassthroughRequest> {
+        let bytes = body
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
+        let inner = request::parse_passthrough(bytes.as_bytes()).map_err(to_py)?;
+        Ok(PassthroughRequest {
+            body: bytes.clone().unbind(),
+            inner,
+        })
+    }
+
     #[pyclass(frozen, module = "edgegw._core")]
     struct SseEvent {
         #[pyo3(get)]
@@ -290,6 +328,8 @@ mod binding {
         m.add_class::<ResponseParser>()?;
         m.add_function(wrap_pyfunction!(parse_chat_request, m)?)?;
         m.add_function(wrap_pyfunction!(parse_completions_request, m)?)?;
+        m.add_class::<PassthroughRequest>()?;
+        m.add_function(wrap_pyfunction!(parse_passthrough, m)?)?;
         m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
         Ok(())
     }
