@@ -306,6 +306,7 @@ def _proxy_target(scope: dict[str, Any]) -> tuple[str, bytes]:
         _BAD_RAW_PATH.search(rest)
         or any(seg in (b"..", b".") for seg in segments)
         or b"//" in rest
+        or rest.startswith(b"/")
         or b":" in segments[0]
         or not rest.isascii()
         or any(b <= 0x20 or b == 0x7F for b in rest)
