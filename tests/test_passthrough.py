@@ -491,3 +491,51 @@ async def test_cohere_gets_no_stream_options(nursery: trio.Nursery, echo: EchoUp
     seen = echo.seen[-1]
     assert seen.target == "/cohere/compatibility/v1/chat/completions"
     assert "stream_options" not in orjson.loads(seen.body)
+
+
+# --- every provider: chat path and credentials ----------------------------------------
+
+EXPECTED_CHAT = {
+    # id: (path under the provider's base URL, auth header, expected value, extra header)
+    "openai": ("/chat/completions", "authorization", "Bearer key-openai", None),
+    "anthropic": (
+        "/chat/completions",
+        "x-api-key",
+        "key-anthropic",
+        ("anthropic-version", "2023-06-01"),
+    ),
+    "cohere": ("/compatibility/v1/chat/completions", "authorization", "Bearer key-cohere", None),
+    "groq": ("/chat/completions", "authorization", "Bearer key-groq", None),
+    "cloudflare": ("/v1/chat/completions", "authorization", "Bearer key-cloudflare", None),
+    "ollama": ("/chat/completions", "authorization", None, None),
+    "ollama_cloud": ("/chat/completions", "authorization", "Bearer key-ollama_cloud", None),
+    "google": ("/chat/completions", "authorization", "Bearer key-google", None),
+    "deepseek": ("/chat/completions", "authorization", "Bearer key-deepseek", None),
+    "mistral": ("/chat/completions", "authorization", "Bearer key-mistral", None),
+    "minimax": ("/chat/completions", "authorization", "Bearer key-minimax", None),
+    "moonshot": ("/chat/completions", "authorization", "Bearer key-moonshot", None),
+    "nvidia": ("/chat/completions", "authorization", "Bearer key-nvidia", None),
+    "llamacpp": ("/chat/completions", "authorization", None, None),
+}
+
+
+@pytest.mark.parametrize("pid", sorted(EXPECTED_CHAT))
+async def test_every_provider_gets_its_path_and_credentials(
+    nursery: trio.Nursery, echo: EchoUpstream, pid: str
+) -> None:
+    env = {f"{pid.upper()}_API_URL": f"http://127.0.0.1:{echo.port}/{pid}"}
+    if pid not in ("ollama", "llamacpp"):
+        env[f"{pid.upper()}_API_KEY"] = f"key-{pid}"
+    gw = await start_gateway(nursery, env)
+    model = "meta/llama-3.1-8b-instruct" if pid == "nvidia" else "some-model"
+    body = orjson.dumps({"model": f"{pid}/{model}", "messages": [{"role": "user", "content": "x"}]})
+    resp = await request(gw.port, "POST", "/v1/chat/completions", body, CLIENT_AUTH)
+    assert resp.status == 200
+    seen = echo.seen[-1]
+    path, header, value, extra = EXPECTED_CHAT[pid]
+    assert seen.target == f"/{pid}{path}"
+    assert seen.headers.get(header) == value
+    assert orjson.loads(seen.body)["model"] == model
+    if extra:
+        assert seen.headers[extra[0]] == extra[1]
+    assert "client-token" not in str(seen.headers) and "client-x-key" not in str(seen.headers)
