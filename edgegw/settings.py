@@ -12,14 +12,17 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from edgegw.profiles import LocalModel, ProfileError, load_local_models
 from edgegw.providers import PROVIDERS, Provider
 
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # inference-gateway's SERVER_MAX_REQUEST_BODY_SIZE
 DEFAULT_MAX_TOKENS = 1024  # SIE_GATEWAY_DEFAULT_MAX_TOKENS, the SIE spec's default
+# Config-file sections that are not variables.
+STRUCTURED_KEYS = frozenset({"local_models"})
 
 
 class SettingsError(ValueError):
@@ -74,6 +77,8 @@ class Settings:
     # The community model table (context windows, pricing, modalities) written by
     # `edgegw models sync`; None uses the copy shipped in the package.
     community_models_file: str | None = None
+    # Models served by local SGLang workers (edgegw.profiles), from the config file.
+    local_models: tuple[LocalModel, ...] = ()
 
     @classmethod
     def load(
@@ -84,10 +89,21 @@ class Settings:
     ) -> Settings:
         """Build from the config file, then the environment, then `overrides` (CLI)."""
         merged: dict[str, str] = {}
+        local_models: tuple[LocalModel, ...] = ()
         if config_file is not None:
-            merged.update(_read_config_file(Path(config_file)))
+            path = Path(config_file)
+            flat, structured = _read_config_file(path)
+            merged.update(flat)
+            if "local_models" in structured:
+                try:
+                    local_models = load_local_models(
+                        structured["local_models"], path.parent, str(path)
+                    )
+                except ProfileError as e:
+                    raise SettingsError(str(e)) from None
         merged.update(environ if environ is not None else os.environ)
-        return _build(merged, overrides or {})
+        settings = _build(merged, overrides or {})
+        return replace(settings, local_models=local_models) if local_models else settings
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -131,7 +147,8 @@ def _url(name: str, text: str) -> str:
     return text
 
 
-def _read_config_file(path: Path) -> dict[str, str]:
+def _read_config_file(path: Path) -> tuple[dict[str, str], dict[str, object]]:
+    """(scalar settings by variable name, structured sections by key)."""
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -143,19 +160,23 @@ def _read_config_file(path: Path) -> dict[str, str]:
     except Exception as e:  # yaml's errors carry the position, never a value we hide
         raise SettingsError(f"--config {path}: not valid YAML/JSON ({type(e).__name__})") from None
     if data is None:
-        return {}
+        return {}, {}
     if not isinstance(data, dict):
         raise SettingsError(f"--config {path}: the top level must be a mapping")
     out: dict[str, str] = {}
+    structured: dict[str, object] = {}
     for key, value in data.items():
         if not isinstance(key, str):
             raise SettingsError(f"--config {path}: keys must be strings")
+        if key in STRUCTURED_KEYS:
+            structured[key] = value
+            continue
         if isinstance(value, dict | list):
-            continue  # structured sections (local models, ...) are read by their owners
+            raise SettingsError(f"--config {path}: {key}: expected a single value")
         out[key.upper()] = (
             "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
         )
-    return out
+    return out, structured
 
 
 def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
