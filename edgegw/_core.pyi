@@ -69,3 +69,23 @@ class PassthroughRequest:
     def with_model(self, model: str) -> bytes: ...
 
 def parse_passthrough(body: bytes) -> PassthroughRequest: ...
+
+# OTLP metrics push (rust/src/otlp.rs).
+OTLP_MAX_DECODED_BYTES: int
+OTLP_MAX_DATA_POINTS: int
+OTLP_MAX_ATTRIBUTES: int
+
+def gunzip_capped(data: bytes, cap: int) -> bytes: ...
+
+# Points by kind: gauge/sum (attributes, value); histogram (attributes, count, sum,
+# bucket_counts, explicit_bounds); exponential_histogram/summary (attributes,).
+_OtlpPoint = (
+    tuple[dict[str, str], int | float | None]
+    | tuple[dict[str, str], int, float | None, list[int], list[float]]
+    | tuple[dict[str, str]]
+)
+# (name, kind, temporality, is_monotonic, points)
+_OtlpMetric = tuple[str, str, int, bool, list[_OtlpPoint]]
+
+def decode_otlp_metrics(data: bytes) -> list[tuple[str | None, list[_OtlpMetric]]]: ...
+def encode_otlp_metrics_response(rejected_data_points: int, error_message: str) -> bytes: ...

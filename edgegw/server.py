@@ -37,6 +37,7 @@ async def serve(
     *,
     shutdown_trigger: Any = None,
     pool: UpstreamPool | None = None,
+    telemetry: Telemetry | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled (or `shutdown_trigger` returns); started(binds) once listening."""
@@ -46,7 +47,8 @@ async def serve(
             idle_per_host=settings.pool_idle_per_host,
         )
     watch = DisconnectWatch()
-    telemetry = Telemetry(settings)
+    if telemetry is None:
+        telemetry = Telemetry(settings)
     app = App(settings, pool, watch, telemetry)
     try:
         async with trio.open_nursery() as nursery:

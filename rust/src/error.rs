@@ -20,6 +20,15 @@ pub enum Rejection {
     BadUpstreamResponse(String),
     /// The upstream closed the connection in the middle of a response.
     UpstreamClosed,
+    /// A (decoded) request payload is larger than the endpoint accepts.
+    PayloadTooLarge { limit: usize },
+    /// A `Content-Encoding: gzip` body that is not valid gzip (bad header, checksum,
+    /// truncated, trailing garbage).
+    InvalidGzip,
+    /// An OTLP payload that does not decode as `ExportMetricsServiceRequest`.
+    InvalidOtlp,
+    /// An OTLP payload with more data points or attributes than one request may carry.
+    TooManyDataPoints { limit: usize },
 }
 
 impl Rejection {
@@ -48,7 +57,10 @@ impl Rejection {
             Rejection::InvalidJson(_)
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
-            | Rejection::UnsupportedField { .. } => 400,
+            | Rejection::UnsupportedField { .. }
+            | Rejection::InvalidGzip
+            | Rejection::InvalidOtlp => 400,
+            Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => 413,
             Rejection::SseEventTooLarge { .. }
             | Rejection::BadUpstreamResponse(_)
             | Rejection::UpstreamClosed => 502,
@@ -60,7 +72,11 @@ impl Rejection {
             Rejection::InvalidJson(_)
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
-            | Rejection::UnsupportedField { .. } => "invalid_request_error",
+            | Rejection::UnsupportedField { .. }
+            | Rejection::PayloadTooLarge { .. }
+            | Rejection::InvalidGzip
+            | Rejection::InvalidOtlp
+            | Rejection::TooManyDataPoints { .. } => "invalid_request_error",
             Rejection::SseEventTooLarge { .. }
             | Rejection::BadUpstreamResponse(_)
             | Rejection::UpstreamClosed => "upstream_error",
@@ -69,8 +85,13 @@ impl Rejection {
 
     pub fn code(&self) -> &'static str {
         match self {
-            Rejection::InvalidJson(_) | Rejection::NotAnObject | Rejection::InvalidValue { .. } => {
-                "invalid_request"
+            Rejection::InvalidJson(_)
+            | Rejection::NotAnObject
+            | Rejection::InvalidValue { .. }
+            | Rejection::InvalidGzip
+            | Rejection::InvalidOtlp => "invalid_request",
+            Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => {
+                "payload_too_large"
             }
             Rejection::UnsupportedField { .. } => "unsupported_field",
             Rejection::SseEventTooLarge { .. } => "upstream_event_too_large",
@@ -85,7 +106,11 @@ impl Rejection {
             | Rejection::NotAnObject
             | Rejection::SseEventTooLarge { .. }
             | Rejection::BadUpstreamResponse(_)
-            | Rejection::UpstreamClosed => None,
+            | Rejection::UpstreamClosed
+            | Rejection::PayloadTooLarge { .. }
+            | Rejection::InvalidGzip
+            | Rejection::InvalidOtlp
+            | Rejection::TooManyDataPoints { .. } => None,
             Rejection::InvalidValue { param, .. } | Rejection::UnsupportedField { param, .. } => {
                 Some(param)
             }
@@ -106,6 +131,18 @@ impl Rejection {
             }
             Rejection::SseEventTooLarge { limit } => {
                 format!("upstream sent an SSE event larger than {limit} bytes")
+            }
+            Rejection::PayloadTooLarge { limit } => {
+                if *limit >= 1 << 20 && limit % (1 << 20) == 0 {
+                    format!("Payload exceeds {} MiB limit", limit >> 20)
+                } else {
+                    format!("Payload exceeds {limit} bytes limit")
+                }
+            }
+            Rejection::InvalidGzip => "Failed to decompress gzip payload".to_string(),
+            Rejection::InvalidOtlp => "Failed to decode OTLP payload".to_string(),
+            Rejection::TooManyDataPoints { limit } => {
+                format!("OTLP payload carries more than {limit} data points or attributes")
             }
         }
     }

@@ -4,6 +4,7 @@
 pub mod error;
 pub mod http1;
 pub mod json;
+pub mod otlp;
 pub mod request;
 pub mod sse;
 
@@ -12,10 +13,11 @@ mod binding {
     use pyo3::create_exception;
     use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::prelude::*;
-    use pyo3::types::{PyBytes, PyTuple};
+    use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
     use crate::error::Rejection;
     use crate::http1;
+    use crate::otlp;
     use crate::request::{self, Endpoint, Parsed};
     use crate::sse;
 
@@ -255,6 +257,88 @@ mod binding {
         }
     }
 
+    /// Decode gzip (concatenated members too) into at most `cap` bytes, without the GIL.
+    #[pyfunction]
+    fn gunzip_capped<'py>(
+        py: Python<'py>,
+        data: &[u8],
+        cap: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let out = py
+            .detach(|| otlp::gunzip_capped(data, cap))
+            .map_err(to_py)?;
+        Ok(PyBytes::new(py, &out))
+    }
+
+    fn otlp_attributes(py: Python<'_>, attrs: otlp::Attributes) -> PyResult<Bound<'_, PyDict>> {
+        let dict = PyDict::new(py);
+        for (k, v) in attrs {
+            dict.set_item(k, v)?;
+        }
+        Ok(dict)
+    }
+
+    fn otlp_points(py: Python<'_>, points: otlp::Points) -> PyResult<Bound<'_, PyList>> {
+        let mut out: Vec<Bound<'_, PyAny>> = Vec::with_capacity(points.len());
+        match points {
+            otlp::Points::Number(points) => {
+                for p in points {
+                    let value = match p.value {
+                        None => py.None().into_bound(py),
+                        Some(otlp::Number::Int(i)) => i.into_pyobject(py)?.into_any(),
+                        Some(otlp::Number::Double(d)) => d.into_pyobject(py)?.into_any(),
+                    };
+                    let attrs = otlp_attributes(py, p.attributes)?;
+                    out.push((attrs, value).into_pyobject(py)?.into_any());
+                }
+            }
+            otlp::Points::Histogram(points) => {
+                for p in points {
+                    let attrs = otlp_attributes(py, p.attributes)?;
+                    let point = (attrs, p.count, p.sum, p.bucket_counts, p.explicit_bounds);
+                    out.push(point.into_pyobject(py)?.into_any());
+                }
+            }
+            otlp::Points::Other(points) => {
+                for attrs in points {
+                    let attrs = otlp_attributes(py, attrs)?;
+                    out.push((attrs,).into_pyobject(py)?.into_any());
+                }
+            }
+        }
+        PyList::new(py, out)
+    }
+
+    /// Decode a protobuf `ExportMetricsServiceRequest` (the shape is in _core.pyi).
+    #[pyfunction]
+    fn decode_otlp_metrics<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
+        let resources = py.detach(|| otlp::decode_metrics(data)).map_err(to_py)?;
+        let mut out = Vec::with_capacity(resources.len());
+        for r in resources {
+            let mut metrics = Vec::with_capacity(r.metrics.len());
+            for m in r.metrics {
+                let points = otlp_points(py, m.points)?;
+                let metric = (m.name, m.kind.as_str(), m.temporality, m.monotonic, points);
+                metrics.push(metric.into_pyobject(py)?);
+            }
+            out.push((r.service_name, PyList::new(py, metrics)?).into_pyobject(py)?);
+        }
+        PyList::new(py, out)
+    }
+
+    /// A protobuf `ExportMetricsServiceResponse` (empty when nothing was rejected).
+    #[pyfunction]
+    fn encode_otlp_metrics_response<'py>(
+        py: Python<'py>,
+        rejected_data_points: i64,
+        error_message: &str,
+    ) -> Bound<'py, PyBytes> {
+        PyBytes::new(
+            py,
+            &otlp::encode_response(rejected_data_points, error_message),
+        )
+    }
+
     type HeadTuple = (u16, Vec<(Py<PyBytes>, Py<PyBytes>)>);
 
     /// HTTP/1.1 response framing for the upstream client:
@@ -331,6 +415,12 @@ mod binding {
         m.add_class::<PassthroughRequest>()?;
         m.add_function(wrap_pyfunction!(parse_passthrough, m)?)?;
         m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
+        m.add_function(wrap_pyfunction!(gunzip_capped, m)?)?;
+        m.add_function(wrap_pyfunction!(decode_otlp_metrics, m)?)?;
+        m.add_function(wrap_pyfunction!(encode_otlp_metrics_response, m)?)?;
+        m.add("OTLP_MAX_DECODED_BYTES", otlp::MAX_DECODED_BYTES)?;
+        m.add("OTLP_MAX_DATA_POINTS", otlp::MAX_DATA_POINTS)?;
+        m.add("OTLP_MAX_ATTRIBUTES", otlp::MAX_ATTRIBUTES)?;
         Ok(())
     }
 }
