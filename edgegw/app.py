@@ -25,8 +25,13 @@ from urllib.parse import parse_qs
 import orjson
 import trio
 
-from edgegw import passthrough
-from edgegw._core import RequestError, parse_chat_request, parse_completions_request
+from edgegw import local, passthrough
+from edgegw._core import (
+    ParsedRequest,
+    RequestError,
+    parse_chat_request,
+    parse_completions_request,
+)
 from edgegw.asgi import ClientGone, Receive, Send, read_body, respond_json
 from edgegw.errors import INTERNAL_ERROR_BODY, GatewayError, render_error
 from edgegw.models import ModelCatalog, list_models
@@ -42,6 +47,7 @@ from edgegw.settings import ProviderConfig, Settings
 from edgegw.streaming import DisconnectWatch, Exchange, forward, relay_sse
 from edgegw.telemetry import Telemetry, metrics_push
 from edgegw.upstream import Origin, UpstreamPool
+from edgegw.workers import Fleet
 
 log = logging.getLogger("edgegw.app")
 
@@ -82,6 +88,8 @@ class App:
         self.watch = watch
         self.targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
         self.catalog = ModelCatalog(settings, pool, self.targets)
+        self.fleet = Fleet(settings.local_models, pool)
+        self.sdk_versions = local.SdkVersionLog()
         self.telemetry = telemetry if telemetry is not None else Telemetry(settings)
         self._api_keys = settings.api_keys
 
@@ -225,10 +233,31 @@ def _unsupported_for_target(
 async def _generation(
     app: App, scope: dict[str, Any], receive: Receive, send: Send, *, chat: bool
 ) -> None:
-    started = trio.current_time()
     body = await read_body(scope, receive, app.settings.max_body_bytes)
     req = parse_chat_request(body) if chat else parse_completions_request(body)
-    target, model = app.resolve(req.model, scope)
+    runtime = app.fleet.models.get(req.model)
+    if runtime is not None:
+        await local.serve(app, scope, receive, send, req, runtime, chat=chat)
+        return
+    await forward_remote(app, scope, receive, send, req, req.model)
+
+
+async def forward_remote(
+    app: App,
+    scope: dict[str, Any],
+    receive: Receive,
+    send: Send,
+    req: ParsedRequest,
+    model_name: str,
+    *,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """Steps 5-7 of the pipeline for a remote provider. `headers` go on a served answer
+    (a local model's remote fallback says so)."""
+    started = trio.current_time()
+    chat = req.endpoint == "chat"
+    # A fallback names its provider in the profile; ?provider= only routes client models.
+    target, model = app.resolve(model_name, scope if not headers else {})
     provider = target.config.provider
     if req.has_images and not app.settings.enable_vision:
         raise GatewayError(
@@ -248,21 +277,37 @@ async def _generation(
         headers=target.sse_headers if req.stream else target.json_headers,
         body=_quirks(provider.id, req.upstream_body(model, omit)),
     )
-    if req.stream:
-        outcome = await relay_sse(app.settings, app.watch, app.pool, receive, send, ex)
-    else:
-        outcome = await forward(app.settings, app.watch, app.pool, receive, send, ex)
-    if outcome.client_gone:
-        log.debug("client went away; upstream request to %s cancelled", provider.id)
-    app.telemetry.record_generation(
-        provider=provider.id,
-        model=model,
-        status=200 if outcome.error is None else 502,
-        duration_s=trio.current_time() - started,
-        ttft_s=None if outcome.first_chunk_at is None else outcome.first_chunk_at - started,
-        usage=outcome.usage,
-        tool_calls=outcome.tool_calls,
-    )
+    status = 200
+    outcome = None
+    try:
+        if req.stream:
+            outcome = await relay_sse(
+                app.settings, app.watch, app.pool, receive, send, ex, response_headers=headers
+            )
+        else:
+            outcome = await forward(
+                app.settings, app.watch, app.pool, receive, send, ex, response_headers=headers
+            )
+        if outcome.error is not None:
+            status = 502
+        if outcome.client_gone:
+            log.debug("client went away; upstream request to %s cancelled", provider.id)
+    except GatewayError as e:
+        status = e.status
+        raise
+    finally:
+        app.telemetry.record_generation(
+            provider=provider.id,
+            model=req.model,
+            status=status,
+            duration_s=trio.current_time() - started,
+            ttft_s=None
+            if outcome is None or outcome.first_chunk_at is None
+            else outcome.first_chunk_at - started,
+            usage=None if outcome is None else outcome.usage,
+            tool_calls=[] if outcome is None else outcome.tool_calls,
+            operation="chat" if chat else "text_completion",
+        )
 
 
 def _quirks(provider_id: str, body: bytes) -> bytes:

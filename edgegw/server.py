@@ -53,6 +53,8 @@ async def serve(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
+            if settings.local_models:
+                await nursery.start(app.fleet.run)
             if settings.telemetry_enabled:
                 await nursery.start(telemetry.serve_metrics)
             kwargs: dict[str, Any] = {"task_status": task_status}

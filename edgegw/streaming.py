@@ -137,6 +137,7 @@ async def forward(
     ex: Exchange,
     *,
     raw_errors: bool = False,
+    response_headers: tuple[tuple[bytes, bytes], ...] = (),
 ) -> StreamOutcome:
     """Non-streaming: the upstream's 2xx body as it was sent, or its error in the envelope
     (as the upstream sent it, with `raw_errors`)."""
@@ -170,6 +171,7 @@ async def forward(
     ]
     if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
         headers.append((b"retry-after", retry))
+    headers += response_headers
     await send({"type": "http.response.start", "status": resp.status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})
     return outcome
@@ -192,6 +194,7 @@ async def relay_sse(
     ex: Exchange,
     *,
     raw_errors: bool = False,
+    response_headers: tuple[tuple[bytes, bytes], ...] = (),
 ) -> StreamOutcome:
     """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage.
     An upstream error before the stream is answered in the envelope (as the upstream sent
@@ -212,7 +215,15 @@ async def relay_sse(
                         raise upstream_error(resp.status, resp.headers, payload)
                     await _send_raw(send, resp.status, resp.headers, payload)
                     return outcome
-                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [*SSE_HEADERS, *response_headers]
+                        if response_headers
+                        else SSE_HEADERS,
+                    }
+                )
                 try:
                     await _pump(settings, resp, send, outcome)
                 except Exception:
