@@ -1,12 +1,14 @@
-"""`edgegw serve` and `edgegw demo` (also `python -m edgegw`)."""
+"""`edgegw serve`, `edgegw demo` and `edgegw models sync` (also `python -m edgegw`)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from types import MappingProxyType
 
 import trio
@@ -32,11 +34,56 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--token-rate", type=float, default=20.0, help="mock tokens per second when streaming"
     )
+    models = sub.add_parser("models", help="the community model table")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    sync = models_sub.add_parser(
+        "sync",
+        help="convert the models.dev dataset into the community model table",
+        description=(
+            "Read models.dev's api.json (a URL or a local file) and write the table of context "
+            "windows, per-token prices and modalities that GET /v1/models?include=... uses."
+        ),
+    )
+    sync.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        metavar="URL_OR_FILE",
+        help="models.dev's api.json: an http(s) URL or a local file "
+        "(default https://models.dev/api.json)",
+    )
+    sync.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help=(
+            "where to write the table (default: EDGEGW_COMMUNITY_MODELS_FILE if set, else "
+            "$XDG_DATA_HOME/edgegw/community_models.json, which the gateway reads)"
+        ),
+    )
     return parser
+
+
+def _models_sync(source: str | None, out: str | None) -> int:
+    from edgegw.community import DEFAULT_SOURCE, CommunityError, sync, user_table_path
+
+    target = Path(
+        out or os.environ.get("EDGEGW_COMMUNITY_MODELS_FILE", "").strip() or user_table_path()
+    )
+    try:
+        counts = sync(source or DEFAULT_SOURCE, target)
+    except CommunityError as e:
+        print(f"edgegw models sync: {e}", file=sys.stderr)
+        return 1
+    summary = ", ".join(f"{pid} {n}" for pid, n in sorted(counts.items()))
+    print(f"wrote {sum(counts.values())} models to {target} ({summary})")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "models":
+        return _models_sync(args.source, args.out)
     try:
         if args.command == "serve":
             settings = Settings.load(

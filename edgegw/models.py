@@ -1,17 +1,56 @@
-"""GET /v1/models: every configured provider's models, queried concurrently, each under
-its own timeout; a slow or failing provider is left out rather than failing the list."""
+"""GET /v1/models: the configured providers' models, optionally with metadata.
+
+One request, in order:
+  1. `?provider=ID` (400 unknown, 400 not configured) and `include=` (comma lists, also
+     repeated; trimmed, de-duplicated, 400 for an unknown key, empty means none);
+  2. each provider's list, from the cache (MODELS_CACHE_TTL) or one upstream fetch shared
+     by every request that wants it meanwhile, under MODELS_TIMEOUT; all providers at once.
+     The aggregate leaves out (and logs) a provider that fails or times out; with
+     `?provider=` that failure is the answer: 504 for a timeout, 502 otherwise;
+  3. ALLOWED_MODELS / DISALLOWED_MODELS;
+  4. with include=context_window, the serving runtime's window: llama.cpp `GET /props`
+     (one per server) and Ollama `POST /api/show` (one per model), at most
+     RUNTIME_CONCURRENCY at once, all within MODELS_TIMEOUT; a failure falls through.
+     Found windows are kept with the cached list;
+  5. PROVIDERS order, then the upstream's order.
+
+Each model: {id: "<provider>/<upstream id>", object, created, owned_by, served_by} (how
+each provider's native list becomes that: edgegw.model_lists) and the requested keys,
+resolved as the reference document orders them, first hit wins:
+  context_window  runtime -> the provider's list entry -> community table -> null
+  pricing         the entry's `pricing` object -> community table -> null; a provider that
+                  publishes an input or output rate wins outright (no gap filling)
+  modalities      community table -> null
+Requested keys that resolve to nothing are explicit nulls; keys not asked for are absent,
+so a plain answer keeps OpenAI's shape. Money is USD per token as decimal strings. The
+community table is edgegw.community's, loaded once when the catalog is made.
+
+Failed fetches are not cached: the next request tries again (each within the timeout).
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 import orjson
 import trio
 
 from edgegw.asgi import Receive, Send, respond_json
+from edgegw.community import CommunityTable, open_table
 from edgegw.errors import GatewayError
+from edgegw.model_lists import (
+    PRICE_KEYS,
+    ListedModel,
+    llamacpp_window,
+    normalise_entry,
+    ollama_window,
+    read_page,
+)
+from edgegw.providers import PROVIDERS, model_allowed
 from edgegw.settings import Settings
 from edgegw.upstream import UpstreamPool
 
@@ -20,76 +59,316 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgegw.models")
 
+INCLUDE_KEYS = ("context_window", "pricing", "modalities")
+# Pages followed per provider listing: Anthropic and Cohere send up to 1000 models a page,
+# so this is far beyond any real catalogue and only stops a server that pages forever.
+MAX_PAGES = 20
+# Largest model list (or runtime answer) read from an upstream.
+MAX_LIST_BYTES = 16 * 1024 * 1024
+# Runtime context-window lookups in flight at once, across requests (as inference-gateway).
+RUNTIME_CONCURRENCY = 4
+
+
+@dataclass(slots=True)
+class _Listing:
+    models: tuple[ListedModel, ...]
+    expires_at: float
+    # Runtime context windows found so far (upstream id -> tokens); a failed lookup leaves
+    # no entry, so the next request asks again.
+    runtime: dict[str, int] = field(default_factory=dict)
+
+
+class _Flight:
+    """A fetch in progress that other requests for the same provider wait on."""
+
+    __slots__ = ("done", "listing", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.listing: _Listing | None = None
+        self.error: GatewayError | None = None
+
 
 class ModelCatalog:
-    """The model lists of the configured providers."""
+    """The providers' model lists: fetched, normalised, cached, resolved."""
 
     def __init__(
-        self, settings: Settings, pool: UpstreamPool, targets: Mapping[str, Target]
+        self,
+        settings: Settings,
+        pool: UpstreamPool,
+        targets: Mapping[str, Target],
+        *,
+        clock: Callable[[], float] = trio.current_time,
+        community: CommunityTable | None = None,
     ) -> None:
         self.settings = settings
         self.pool = pool
         self.targets = targets
+        self.community = (
+            community if community is not None else open_table(settings.community_models_file)
+        )
+        self._clock = clock
+        self._cache: dict[str, _Listing] = {}
+        self._flights: dict[str, _Flight] = {}
+        self._runtime_limit = trio.CapacityLimiter(RUNTIME_CONCURRENCY)
 
-    async def list_all(self) -> list[dict[str, Any]]:
-        results: dict[str, list[dict[str, Any]]] = {}
+    async def answer(self, provider: str | None, include: Collection[str]) -> dict[str, Any]:
+        """The ListModelsResponse for every configured provider, or only `provider`."""
+        if provider is not None:
+            listings = {provider: await self.listing(provider)}
+        else:
+            listings = await self._all_listings()
+        allowed, disallowed = self.settings.allowed_models, self.settings.disallowed_models
+        rows = [
+            (pid, listing, m)
+            for pid, listing in listings.items()
+            for m in listing.models
+            if model_allowed(allowed, disallowed, f"{pid}/{m.id}")
+        ]
+        if "context_window" in include:
+            await self._runtime_windows(rows)
+        data = [self._render(pid, listing, m, include) for pid, listing, m in rows]
+        if provider is not None:
+            return {"provider": provider, "object": "list", "data": data}
+        return {"object": "list", "data": data}
 
-        async def one(pid: str, target: Target) -> None:
-            with trio.move_on_after(self.settings.models_timeout_s):
-                try:
-                    results[pid] = await self.provider_models(target)
-                except GatewayError as e:
-                    log.warning("listing models of %s failed: %s", pid, e.code)
+    async def _all_listings(self) -> dict[str, _Listing]:
+        found: dict[str, _Listing] = {}
+
+        async def one(pid: str) -> None:
+            try:
+                found[pid] = await self.listing(pid)
+            except GatewayError as e:
+                log.warning("models of %s left out: %s (%d)", pid, e.code, e.status)
 
         async with trio.open_nursery() as nursery:
-            for pid, target in self.targets.items():
-                nursery.start_soon(one, pid, target)
-        return [m for pid in self.targets if pid in results for m in results[pid]]
+            for pid in self.targets:
+                nursery.start_soon(one, pid)
+        return {pid: found[pid] for pid in PROVIDERS if pid in found}
 
-    async def provider_models(self, target: Target) -> list[dict[str, Any]]:
-        provider = target.config.provider
-        resp = await self.pool.send(
-            target.origin,
-            b"GET",
-            (target.origin.base_path + provider.models_path).encode(),
-            [(b"accept", b"application/json"), *target.auth],
-        )
+    async def listing(self, pid: str) -> _Listing:
+        """`pid`'s list: cached, or fetched once for every request that asks meanwhile."""
+        while True:
+            cached = self._cache.get(pid)
+            if cached is not None and self._clock() < cached.expires_at:
+                return cached
+            flight = self._flights.get(pid)
+            if flight is None:
+                return await self._fly(pid)
+            await flight.done.wait()
+            if flight.listing is not None:
+                return flight.listing
+            if flight.error is not None:
+                e = flight.error
+                raise GatewayError(e.status, e.code, e.message, type=e.type)
+            # The request that fetched was cancelled before it ended: fetch again.
+
+    async def _fly(self, pid: str) -> _Listing:
+        flight = self._flights[pid] = _Flight()
         try:
-            payload = await resp.read(16 * 1024 * 1024)
+            models = await self._fetch_bounded(pid)
+            flight.listing = _Listing(models, self._clock() + self.settings.models_cache_ttl_s)
+            self._cache[pid] = flight.listing
+            return flight.listing
+        except GatewayError as e:
+            flight.error = e
+            raise
+        finally:
+            del self._flights[pid]
+            flight.done.set()
+
+    async def _fetch_bounded(self, pid: str) -> tuple[ListedModel, ...]:
+        timeout = self.settings.models_timeout_s
+        try:
+            with trio.fail_after(timeout):
+                return await self._fetch(self.targets[pid])
+        except trio.TooSlowError:
+            raise GatewayError(
+                504, "upstream_timeout", f"'{pid}' did not list its models within {timeout:g}s"
+            ) from None
+        except GatewayError as e:
+            raise GatewayError(
+                504 if e.status == 504 else 502,
+                e.code,
+                f"listing the models of '{pid}' failed: {e.message}",
+            ) from None
+
+    async def _fetch(self, target: Target) -> tuple[ListedModel, ...]:
+        provider = target.config.provider
+        base = target.origin.base_path + provider.models_path
+        path, seen, out = base, set(), []
+        for _ in range(MAX_PAGES):
+            entries, next_query = read_page(
+                provider.models_shape, await self._get_json(target, path)
+            )
+            for entry in entries:
+                model = normalise_entry(provider.id, provider.models_shape, entry)
+                if model is not None and model.id not in seen:
+                    seen.add(model.id)
+                    out.append(model)
+            if next_query is None:
+                break
+            path = base + ("&" if "?" in base else "?") + next_query
+        else:
+            log.warning("models of %s: stopped after %d pages", provider.id, MAX_PAGES)
+        return tuple(out)
+
+    async def _get_json(
+        self, target: Target, path: str, method: bytes = b"GET", body: bytes = b""
+    ) -> Any:
+        headers = [(b"accept", b"application/json"), *target.auth]
+        if body:
+            headers.append((b"content-type", b"application/json"))
+        resp = await self.pool.send(target.origin, method, path.encode(), headers, body)
+        try:
+            payload = await resp.read(MAX_LIST_BYTES)
         finally:
             await resp.aclose()
         if resp.status != 200:
-            raise GatewayError(502, "upstream_error", "model listing failed")
+            raise GatewayError(502, "upstream_error", f"the upstream answered {resp.status}")
         try:
-            doc = orjson.loads(payload)
+            return orjson.loads(payload)
         except orjson.JSONDecodeError:
-            raise GatewayError(502, "bad_upstream_response", "model listing is not JSON") from None
-        items = (
-            (doc.get("data") or doc.get("models") or doc.get("result") or [])
-            if isinstance(doc, dict)
-            else []
-        )
-        out = []
-        for item in items if isinstance(items, list) else []:
-            if not isinstance(item, dict):
+            raise GatewayError(502, "bad_upstream_response", "the answer is not JSON") from None
+
+    # -- runtime context windows ---------------------------------------------------------
+
+    async def _runtime_windows(self, rows: Sequence[tuple[str, _Listing, ListedModel]]) -> None:
+        """Ask llama.cpp and Ollama servers for the window they serve, into the listings."""
+        jobs: list[tuple[Target, _Listing, ListedModel | None]] = []
+        props_asked: set[str] = set()  # one llama.cpp /props answers for its whole server
+        for pid, listing, m in rows:
+            kind = self.targets[pid].config.provider.runtime_window
+            if kind is None or m.id in listing.runtime:
                 continue
-            mid = item.get("id") or item.get("name")
-            if not isinstance(mid, str):
-                continue
-            out.append(
-                {
-                    "id": f"{provider.id}/{mid}",
-                    "object": "model",
-                    "created": item.get("created") if isinstance(item.get("created"), int) else 0,
-                    "owned_by": item.get("owned_by")
-                    if isinstance(item.get("owned_by"), str)
-                    else provider.id,
-                    "served_by": provider.id,
-                }
-            )
+            if kind == "ollama":
+                jobs.append((self.targets[pid], listing, m))
+            elif pid not in props_asked:
+                props_asked.add(pid)
+                jobs.append((self.targets[pid], listing, None))
+        if not jobs:
+            return
+        with trio.move_on_after(self.settings.models_timeout_s):
+            async with trio.open_nursery() as nursery:
+                for target, listing, m in jobs:
+                    nursery.start_soon(self._runtime_window, target, listing, m)
+
+    async def _runtime_window(
+        self, target: Target, listing: _Listing, m: ListedModel | None
+    ) -> None:
+        root = target.origin.base_path.removesuffix("/v1")
+        async with self._runtime_limit:
+            try:
+                if m is None:
+                    props = await self._get_json(target, root + "/props")
+                    tokens = llamacpp_window(props)
+                    if tokens is not None:
+                        listing.runtime.update(
+                            dict.fromkeys((x.id for x in listing.models), tokens)
+                        )
+                else:
+                    body = orjson.dumps({"model": m.id})
+                    shown = await self._get_json(target, root + "/api/show", b"POST", body)
+                    tokens = ollama_window(shown)
+                    if tokens is not None:
+                        listing.runtime[m.id] = tokens
+            except GatewayError as e:
+                log.info("runtime window of %s: %s", target.config.id, e.code)
+
+    # -- rendering -----------------------------------------------------------------------
+
+    def _render(
+        self, pid: str, listing: _Listing, m: ListedModel, include: Collection[str]
+    ) -> dict[str, Any]:
+        model_id = f"{pid}/{m.id}"
+        out: dict[str, Any] = {
+            "id": model_id,
+            "object": "model",
+            "created": m.created,
+            "owned_by": m.owned_by,
+            "served_by": pid,
+        }
+        if "context_window" in include:
+            out["context_window"] = self._context_window(model_id, listing, m)
+        if "pricing" in include:
+            out["pricing"] = self._pricing(model_id, m)
+        if "modalities" in include:
+            out["modalities"] = self.community.find(model_id, "modalities")
+        return out
+
+    def _context_window(self, model_id: str, listing: _Listing, m: ListedModel) -> Any:
+        if (tokens := listing.runtime.get(m.id)) is not None:
+            return {"tokens": tokens, "source": "runtime"}
+        if m.context_tokens is not None:
+            return {"tokens": m.context_tokens, "source": "provider"}
+        if (tokens := self.community.find(model_id, "context")) is not None:
+            return {"tokens": tokens, "source": "community"}
+        return None
+
+    def _pricing(self, model_id: str, m: ListedModel) -> Any:
+        if m.pricing is not None:
+            return m.pricing
+        found = self.community.find(model_id, "pricing")
+        if found is None:
+            return None
+        out: dict[str, Any] = {"currency": "USD"}
+        out.update((name, found[name]) for name, _ in PRICE_KEYS if name in found)
+        if found.get("subscription") is True:
+            out["subscription"] = True
+        out["source"] = "community"
         return out
 
 
+# -- the handler ---------------------------------------------------------------------------
+
+
 async def list_models(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-    data = await app.catalog.list_all()
-    await respond_json(send, 200, orjson.dumps({"object": "list", "data": data}))
+    query = parse_qs(
+        scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True, errors="replace"
+    )
+    include = parse_include(query.get("include", ()))
+    provider = None
+    if "provider" in query:
+        provider = query["provider"][0].strip().lower()
+        _check_provider(provider, app.targets)
+    doc = await app.catalog.answer(provider, include)
+    await respond_json(send, 200, orjson.dumps(doc))
+
+
+def parse_include(values: Sequence[str]) -> tuple[str, ...]:
+    """The requested keys, in first-mention order; 400 for an unknown one."""
+    keys: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            key = part.strip()
+            if not key or key in keys:
+                continue
+            if key not in INCLUDE_KEYS:
+                shown = key if len(key) <= 64 else key[:64] + "…"
+                raise GatewayError(
+                    400,
+                    "invalid_request",
+                    f'unknown include value "{shown}"; supported: {", ".join(INCLUDE_KEYS)}',
+                    param="include",
+                )
+            keys.append(key)
+    return tuple(keys)
+
+
+def _check_provider(pid: str, targets: Mapping[str, Any]) -> None:
+    if pid not in PROVIDERS:
+        shown = pid if len(pid) <= 64 else pid[:64] + "…"
+        raise GatewayError(
+            400,
+            "unknown_provider",
+            f"Unknown provider '{shown}'; known providers: {', '.join(PROVIDERS)}.",
+            param="provider",
+        )
+    if pid not in targets:
+        need = f"{pid.upper()}_API_URL" if PROVIDERS[pid].keyless else f"{pid.upper()}_API_KEY"
+        raise GatewayError(
+            400,
+            "provider_not_configured",
+            f"Provider '{pid}' is not configured on this gateway (set {need}).",
+            param="provider",
+        )

@@ -78,6 +78,13 @@ class Provider:
     # A local runtime that needs no key; configured only when its URL is set explicitly,
     # so a fresh gateway never probes a host nobody named.
     keyless: bool = False
+    # How the model list at `models_path` is shaped and paged (edgegw.models reads it):
+    # "openai" `data`; "anthropic" `data` + `has_more`/`last_id` (?after_id=); "cohere"
+    # `models` named by `name` (?page_token=); "cloudflare" `result` (?page=).
+    models_shape: Literal["openai", "anthropic", "cohere", "cloudflare"] = "openai"
+    # The serving runtime that reports its configured context window: llama.cpp's
+    # `/props`, Ollama's `/api/show`, both at the URL without its trailing /v1.
+    runtime_window: Literal["llamacpp", "ollama"] | None = None
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -89,6 +96,8 @@ PROVIDERS: dict[str, Provider] = {
             "https://api.anthropic.com/v1",
             "xheader",
             extra_headers=(("anthropic-version", "2023-06-01"),),
+            models_path="/models?limit=1000",
+            models_shape="anthropic",
         ),
         Provider(
             "cohere",
@@ -96,7 +105,8 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             chat_path="/compatibility/v1/chat/completions",
             completions_path="/compatibility/v1/completions",
-            models_path="/v1/models",
+            models_path="/v1/models?page_size=1000",
+            models_shape="cohere",
             omit_fields=("stream_options",),
         ),
         Provider("groq", "https://api.groq.com/openai/v1", "bearer"),
@@ -106,9 +116,12 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             chat_path="/v1/chat/completions",
             completions_path="/v1/completions",
-            models_path="/finetunes/public?limit=1000",
+            # The model catalogue in OpenRouter's shape (ids, context_length, per-token
+            # pricing), as models.dev's own sync reads it; /finetunes/public lists LoRAs.
+            models_path="/models/search?format=openrouter&per_page=1000",
+            models_shape="cloudflare",
         ),
-        Provider("ollama", "http://ollama:8080/v1", "none", keyless=True),
+        Provider("ollama", "http://ollama:8080/v1", "none", keyless=True, runtime_window="ollama"),
         Provider("ollama_cloud", "https://ollama.com/v1", "bearer"),
         Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
         Provider("deepseek", "https://api.deepseek.com", "bearer"),
@@ -116,7 +129,13 @@ PROVIDERS: dict[str, Provider] = {
         Provider("minimax", "https://api.minimax.io/v1", "bearer"),
         Provider("moonshot", "https://api.moonshot.ai/v1", "bearer"),
         Provider("nvidia", "https://integrate.api.nvidia.com/v1", "bearer"),
-        Provider("llamacpp", "http://llamacpp:8080/v1", "bearer", keyless=True),
+        Provider(
+            "llamacpp",
+            "http://llamacpp:8080/v1",
+            "bearer",
+            keyless=True,
+            runtime_window="llamacpp",
+        ),
     )
 }
 

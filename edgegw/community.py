@@ -1,0 +1,416 @@
+"""The community model table: context windows, per-token prices and modalities taken from
+the models.dev dataset, keyed `"<provider>/<model>"` with edgegw's provider ids.
+
+`edgegw models sync` reads models.dev's `api.json` (downloaded, or a local copy), turns it
+into a table with `convert()` and writes it with `write_table()`; the gateway loads the
+table once at start (`open_table()`), and `CommunityTable.find()` tolerates the usual id
+variants. GET /v1/models uses it after the runtime and the provider's own listing.
+
+Where the gateway looks, first hit wins:
+  1. `EDGEGW_COMMUNITY_MODELS_FILE`;
+  2. `$XDG_DATA_HOME/edgegw/community_models.json` (`~/.local/share/edgegw/...` when
+     XDG_DATA_HOME is unset), where `edgegw models sync` writes by default;
+  3. `edgegw/data/community_models.json` in the package, when a release vendors one.
+A missing file means no community data: every lookup misses and resolves to null.
+
+Conversion rules:
+  - models.dev provider ids map to edgegw's in `PROVIDER_IDS`; other providers are dropped,
+    and the local runtimes (ollama, llamacpp) are absent on purpose: only their runtime
+    knows the window they serve, and they have no price.
+  - `cost` is USD per million tokens; rates become per-token decimal strings computed
+    with `decimal.Decimal` (the JSON is parsed into Decimals, never floats). A published
+    input or output rate of 0 is a free tier and stays `"0"`; cache rates of 0 mean "not
+    applicable" and are omitted. A model without a `cost` section has no pricing, except
+    the curated subscription-gated models in `SUBSCRIPTION_MODELS` (zero rates plus
+    `subscription: true`; models.dev carries no such marker).
+  - `limit.context` / `limit.output` when positive; `modalities` kept to text, image,
+    audio and video (models.dev's "pdf" and the like are dropped).
+
+The data is models.dev's (https://github.com/anomalyco/models.dev), MIT licence,
+Copyright (c) 2025 models.dev; the written file carries that notice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+log = logging.getLogger("edgegw.community")
+
+DEFAULT_SOURCE = "https://models.dev/api.json"
+TABLE_FORMAT = "edgegw-community-models/1"
+LICENSE_NOTICE = (
+    "Derived from models.dev (https://github.com/anomalyco/models.dev), "
+    "MIT License, Copyright (c) 2025 models.dev"
+)
+# api.json is a few MiB; the cap only stops a wrong URL from filling memory.
+MAX_SOURCE_BYTES = 256 * 1024 * 1024
+# Largest token count kept: what every JSON reader holds exactly.
+MAX_COUNT = 2**53 - 1
+DOWNLOAD_TIMEOUT_S = 60.0
+
+# models.dev provider id -> edgegw provider id (checked against models.dev's providers/
+# directory). edgegw's ollama and llamacpp are local runtimes: intentionally absent.
+PROVIDER_IDS: Mapping[str, str] = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "cohere": "cohere",
+    "groq": "groq",
+    "cloudflare-workers-ai": "cloudflare",
+    "ollama-cloud": "ollama_cloud",
+    "google": "google",
+    "deepseek": "deepseek",
+    "mistral": "mistral",
+    "minimax": "minimax",
+    "moonshotai": "moonshot",
+    "nvidia": "nvidia",
+}
+
+# Models with no per-token price that need a paid subscription (Ollama Cloud's plans).
+# models.dev has no marker for this, so the set is kept here, as inference-gateway does;
+# it applies only to models.dev entries without a `cost` section.
+SUBSCRIPTION_MODELS = frozenset({"ollama_cloud/deepseek-v4-pro", "ollama_cloud/deepseek-v4-flash"})
+
+MODALITIES = ("text", "image", "audio", "video")
+_DATE_PIN = re.compile(r"-[0-9]{8}\Z")
+
+
+class CommunityError(Exception):
+    """The source or the table cannot be used; the message says why."""
+
+
+def rate_text(rate: Decimal) -> str | None:
+    """A rate as plain decimal text (no exponent, no trailing zeros), "0" for zero; None
+    when negative, not finite, or outside 1e-30..1e9 (whose text would be absurdly long)."""
+    if not rate.is_finite() or rate < 0:
+        return None
+    if rate == 0:
+        return "0"
+    if not -30 <= rate.adjusted() <= 9:
+        return None
+    return format(rate.normalize(), "f")
+
+
+def per_token(per_million: object) -> str | None:
+    """USD per million tokens (a JSON number) -> USD per token as text; None if unusable."""
+    if isinstance(per_million, bool) or not isinstance(per_million, int | Decimal | float):
+        return None
+    try:
+        rate = (
+            Decimal(repr(per_million)) if isinstance(per_million, float) else Decimal(per_million)
+        )
+    except InvalidOperation:
+        return None
+    return rate_text(rate.scaleb(-6)) if rate.is_finite() else None
+
+
+def lookup_keys(model_id: str) -> list[str]:
+    """Table keys to try for `"<provider>/<model>"`, in order: exact, without Google's
+    `models/` prefix, without a `-latest` alias, without a trailing `-YYYYMMDD` pin, then
+    each of those with `.` -> `_` (models.dev's file-name convention)."""
+    keys = [model_id]
+    provider, sep, model = model_id.partition("/")
+    if not sep:
+        return keys
+    if model.startswith("models/"):
+        model = model[len("models/") :]
+        keys.append(f"{provider}/{model}")
+    if model.endswith("-latest"):
+        keys.append(f"{provider}/{model[: -len('-latest')]}")
+    if _DATE_PIN.search(model):
+        keys.append(f"{provider}/{model[:-9]}")
+    keys += [k.replace(".", "_") for k in keys if "." in k]
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class CommunityEntry:
+    context: int | None = None
+    output: int | None = None
+    # input_per_token, output_per_token, cache_*_per_token (text), subscription (bool)
+    pricing: Mapping[str, Any] | None = None
+    modalities: Mapping[str, list[str]] | None = None
+
+
+class CommunityTable:
+    """The loaded table; `find()` resolves one field through the id variants."""
+
+    def __init__(self, entries: Mapping[str, CommunityEntry], origin: str = "") -> None:
+        self.entries = entries
+        self.origin = origin
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def find(self, model_id: str, field: str) -> Any:
+        """The first variant of `model_id` whose entry has `field` set, else None. Each
+        field resolves on its own, as the separate tables of inference-gateway do."""
+        for key in lookup_keys(model_id):
+            entry = self.entries.get(key)
+            if entry is not None and (value := getattr(entry, field)) is not None:
+                return value
+        return None
+
+
+EMPTY_TABLE = CommunityTable({})
+
+
+# -- sync: models.dev api.json -> table ----------------------------------------------------
+
+
+def convert(api: Any) -> dict[str, dict[str, Any]]:
+    """models.dev's api.json (parsed with Decimal numbers) -> the table's `models` mapping."""
+    if not isinstance(api, dict):
+        raise CommunityError("not models.dev's api.json: the top level is not an object")
+    models: dict[str, dict[str, Any]] = {}
+    for source_id, edgegw_id in PROVIDER_IDS.items():
+        provider = api.get(source_id)
+        listed = provider.get("models") if isinstance(provider, dict) else None
+        if not isinstance(listed, dict):
+            continue
+        for model_id, model in listed.items():
+            if not isinstance(model_id, str) or not model_id or not isinstance(model, dict):
+                continue
+            key = f"{edgegw_id}/{model_id}"
+            entry = _convert_model(key, model)
+            if entry:
+                models[key] = entry
+    if not models:
+        raise CommunityError(
+            "no models of edgegw's providers found: is this models.dev's api.json?"
+        )
+    return dict(sorted(models.items()))
+
+
+def _convert_model(key: str, model: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    limit = model.get("limit")
+    if isinstance(limit, dict):
+        for name in ("context", "output"):
+            if (count := _count(limit.get(name))) is not None:
+                entry[name] = count
+    pricing = _convert_cost(key, model.get("cost"))
+    if pricing is not None:
+        entry["pricing"] = pricing
+    modalities = model.get("modalities")
+    if isinstance(modalities, dict):
+        inputs = _modalities(modalities.get("input"))
+        outputs = _modalities(modalities.get("output"))
+        if inputs and outputs:
+            entry["modalities"] = {"input": inputs, "output": outputs}
+    return entry
+
+
+def _convert_cost(key: str, cost: Any) -> dict[str, Any] | None:
+    if cost is None:
+        if key in SUBSCRIPTION_MODELS:
+            return {"input_per_token": "0", "output_per_token": "0", "subscription": True}
+        return None
+    if not isinstance(cost, dict):
+        return None
+    input_rate = per_token(cost.get("input"))
+    output_rate = per_token(cost.get("output"))
+    if input_rate is None or output_rate is None:
+        return None  # a price needs both rates; half a price would mislead
+    pricing: dict[str, Any] = {"input_per_token": input_rate, "output_per_token": output_rate}
+    for source, name in (
+        ("cache_read", "cache_read_per_token"),
+        ("cache_write", "cache_write_per_token"),
+    ):
+        rate = per_token(cost.get(source))
+        if rate is not None and rate != "0":
+            pricing[name] = rate
+    return pricing
+
+
+def _modalities(values: Any) -> list[str]:
+    out: list[str] = []
+    for value in values if isinstance(values, list) else ():
+        if value in MODALITIES and value not in out:
+            out.append(value)
+    return out
+
+
+def _count(value: Any) -> int | None:
+    """A positive whole number (int, or an integral Decimal or float) up to MAX_COUNT."""
+    if isinstance(value, bool) or not isinstance(value, int | Decimal | float):
+        return None
+    if not isinstance(value, int):
+        if isinstance(value, Decimal) and value.is_finite() and value.adjusted() > 18:
+            return None  # far too large, and int() of it could be slow
+        try:
+            whole = int(value)
+        except (ValueError, OverflowError):  # NaN, infinities
+            return None
+        if whole != value:
+            return None
+        value = whole
+    return value if 0 < value <= MAX_COUNT else None
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def read_source(source: str, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Any:
+    """models.dev's api.json from an http(s) or file URL, or a local path, parsed with
+    Decimal numbers (so no rate ever passes through a float)."""
+    try:
+        if re.match(r"^(https?|file)://", source, re.IGNORECASE):
+            request = urllib.request.Request(
+                source, headers={"user-agent": "edgegw (models sync)", "accept": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=timeout_s) as resp:  # noqa: S310
+                raw = resp.read(MAX_SOURCE_BYTES + 1)
+        else:
+            with open(source, "rb") as f:
+                raw = f.read(MAX_SOURCE_BYTES + 1)
+    except urllib.error.HTTPError as e:
+        raise CommunityError(f"{source}: HTTP {e.code}") from None
+    except urllib.error.URLError as e:
+        raise CommunityError(f"{source}: {e.reason}") from None
+    except TimeoutError:
+        raise CommunityError(f"{source}: no answer within {timeout_s:g}s") from None
+    except OSError as e:
+        raise CommunityError(f"{source}: {e.strerror or e}") from None
+    if len(raw) > MAX_SOURCE_BYTES:
+        raise CommunityError(f"{source}: larger than {MAX_SOURCE_BYTES} bytes")
+    try:
+        return json.loads(raw, parse_float=Decimal, parse_constant=_no_constants)
+    except (ValueError, InvalidOperation) as e:
+        raise CommunityError(f"{source}: not JSON ({e})") from None
+
+
+def render_table(models: Mapping[str, Mapping[str, Any]], source: str) -> bytes:
+    """The table file: compact JSON, one model per line so that a re-sync diffs well."""
+    head = {
+        "format": TABLE_FORMAT,
+        "source": source,
+        "synced_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "license": LICENSE_NOTICE,
+    }
+    lines = [orjson.dumps(key) + b":" + orjson.dumps(value) for key, value in models.items()]
+    return orjson.dumps(head)[:-1] + b',"models":{\n' + b",\n".join(lines) + b"\n}}\n"
+
+
+def write_table(data: bytes, path: Path) -> None:
+    """Write atomically: a reader never sees half a table."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".community-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def sync(source: str, out: Path) -> dict[str, int]:
+    """Read, convert and write; the number of models per edgegw provider."""
+    models = convert(read_source(source))
+    try:
+        write_table(render_table(models, source), out)
+    except OSError as e:
+        raise CommunityError(f"{out}: cannot write ({e.strerror or e})") from None
+    counts: dict[str, int] = {}
+    for key in models:
+        provider = key.partition("/")[0]
+        counts[provider] = counts.get(provider, 0) + 1
+    return counts
+
+
+# -- load: table file -> CommunityTable ----------------------------------------------------
+
+
+def user_table_path() -> Path:
+    """Where `edgegw models sync` writes by default, and the gateway looks second."""
+    base = os.environ.get("XDG_DATA_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".local" / "share"
+    return root / "edgegw" / "community_models.json"
+
+
+PACKAGED_TABLE = Path(__file__).parent / "data" / "community_models.json"
+
+
+def open_table(configured: str | None) -> CommunityTable:
+    """The table the gateway uses (see the module docstring for where it looks). Never
+    raises: a missing file is no data, and an unusable one is logged and ignored."""
+    if configured:
+        path = Path(configured)
+        if not path.is_file():
+            log.info("community model table %s not found: no community data", path)
+            return EMPTY_TABLE
+    else:
+        found = [p for p in (user_table_path(), PACKAGED_TABLE) if p.is_file()]
+        if not found:
+            return EMPTY_TABLE
+        path = found[0]
+    try:
+        table = load_table(path)
+    except CommunityError as e:
+        log.error("community model table ignored: %s", e)
+        return EMPTY_TABLE
+    log.info("community model table %s: %d models", path, len(table))
+    return table
+
+
+def load_table(path: Path) -> CommunityTable:
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except OSError as e:
+        raise CommunityError(f"{path}: cannot read ({e.strerror or e})") from None
+    except orjson.JSONDecodeError:
+        raise CommunityError(f"{path}: not JSON") from None
+    if not isinstance(doc, dict) or doc.get("format") != TABLE_FORMAT:
+        raise CommunityError(f"{path}: not a table written by `edgegw models sync`")
+    models = doc.get("models")
+    if not isinstance(models, dict):
+        raise CommunityError(f"{path}: no models")
+    entries = {}
+    for key, raw in models.items():
+        if isinstance(raw, dict) and "/" in key:
+            entries[key] = _entry(raw)
+    return CommunityTable(entries, str(path))
+
+
+def _entry(raw: dict[str, Any]) -> CommunityEntry:
+    context, output = raw.get("context"), raw.get("output")
+    pricing = raw.get("pricing")
+    modalities = raw.get("modalities")
+    return CommunityEntry(
+        context=_count(context),
+        output=_count(output),
+        pricing=pricing if _valid_pricing(pricing) else None,
+        modalities=modalities if _valid_modalities(modalities) else None,
+    )
+
+
+def _valid_pricing(pricing: Any) -> bool:
+    if not isinstance(pricing, dict):
+        return False
+    for name in ("input_per_token", "output_per_token"):
+        if not isinstance(pricing.get(name), str):
+            return False
+    return all(
+        isinstance(v, str) for k, v in pricing.items() if k.endswith("_per_token")
+    ) and isinstance(pricing.get("subscription", False), bool)
+
+
+def _valid_modalities(modalities: Any) -> bool:
+    return isinstance(modalities, dict) and all(
+        isinstance(modalities.get(k), list) and modalities[k] for k in ("input", "output")
+    )
