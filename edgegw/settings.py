@@ -75,7 +75,8 @@ class Settings:
     # How long one provider's model list is reused.
     models_cache_ttl_s: float = 300.0
     # The community model table (context windows, pricing, modalities) written by
-    # `edgegw models sync`; None uses the copy shipped in the package.
+    # `edgegw models sync`; None looks in $XDG_DATA_HOME/edgegw/community_models.json,
+    # then in the package (edgegw.community.default_table_paths).
     community_models_file: str | None = None
     # Models served by local SGLang workers (edgegw.profiles), from the config file.
     local_models: tuple[LocalModel, ...] = ()
