@@ -61,8 +61,12 @@ class LocalRuntime:
 
     @property
     def context_window(self) -> int | None:
-        reported = [w.max_model_len for w in self.workers if w.max_model_len]
-        return min(reported) if reported else self.profile.context_window
+        """The smallest window among what the workers report and what the profile says
+        (a profile may deliberately allow less than the worker was launched with)."""
+        known = [w.max_model_len for w in self.workers if w.max_model_len]
+        if self.profile.context_window:
+            known.append(self.profile.context_window)
+        return min(known) if known else None
 
     @property
     def vocab_size(self) -> int | None:

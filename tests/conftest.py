@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trio
@@ -36,8 +37,10 @@ class Gateway:
     settings: Settings
 
 
-async def start_gateway(nursery: trio.Nursery, env: Mapping[str, str]) -> Gateway:
-    settings = Settings.load(environ={"SERVER_PORT": "0", **env})
+async def start_gateway(
+    nursery: trio.Nursery, env: Mapping[str, str], config_file: Path | None = None
+) -> Gateway:
+    settings = Settings.load(environ={"SERVER_PORT": "0", **env}, config_file=config_file)
     pool = UpstreamPool(
         connect_timeout_s=settings.connect_timeout_s, idle_per_host=settings.pool_idle_per_host
     )
