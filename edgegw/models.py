@@ -332,7 +332,41 @@ async def list_models(app: App, scope: dict[str, Any], receive: Receive, send: S
         provider = query["provider"][0].strip().lower()
         _check_provider(provider, app.targets)
     doc = await app.catalog.answer(provider, include)
+    if provider is None and app.fleet.models:
+        doc["data"] = [*_local_models(app, include), *doc["data"]]
     await respond_json(send, 200, orjson.dumps(doc))
+
+
+def _local_models(app: App, include: Sequence[str]) -> list[dict[str, Any]]:
+    """Models served by local SGLang workers: bare names, `served_by: "local"`; the context
+    window the workers report (runtime) or the profile's."""
+    s = app.settings
+    out = []
+    for name, rt in app.fleet.models.items():
+        if not model_allowed(s.allowed_models, s.disallowed_models, f"local/{name}"):
+            continue
+        entry: dict[str, Any] = {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "edgegw",
+            "served_by": "local",
+        }
+        if "context_window" in include:
+            window = rt.context_window
+            reported = any(w.max_model_len for w in rt.workers)
+            entry["context_window"] = (
+                {"tokens": window, "source": "runtime" if reported else "provider"}
+                if window
+                else None
+            )
+        if "pricing" in include:
+            entry["pricing"] = None
+        if "modalities" in include:
+            inputs = ["text", "image"] if rt.profile.image_inputs else ["text"]
+            entry["modalities"] = {"input": inputs, "output": ["text"]}
+        out.append(entry)
+    return out
 
 
 def parse_include(values: Sequence[str]) -> tuple[str, ...]:
