@@ -407,3 +407,39 @@ async def test_local_models_are_listed_with_their_context_window(gw: Gateway) ->
     # The fake worker reports max_model_len 32768, and so does the profile.
     assert local[0]["context_window"] == {"tokens": 32768, "source": "runtime"}
     assert local[0]["modalities"] == {"input": ["text"], "output": ["text"]}
+
+
+async def test_timeouts_from_the_profile(
+    nursery: trio.Nursery, tmp_path: Path, worker: FakeSGLang
+) -> None:
+    text = profile_yaml(
+        [(worker.port, "default", None)],
+        timeouts="{first_chunk_s: 0.3, inter_chunk_s: 0.2, overall_s: 5}",
+    )
+    gw = await local_gateway(nursery, tmp_path, text)
+    # A stream whose tokens stop coming: an error event, not a clean end.
+    worker.script.token_delay_s = 0.6
+    resp = await post(gw, {**CHAT, "stream": True})
+    events = sse_data(resp.body)
+    assert b"[DONE]" not in events
+    assert orjson.loads(events[-1])["error"]["code"] in (
+        "inter_chunk_timeout",
+        "first_chunk_timeout",
+    )
+    # A non-streaming answer slower than the first-chunk limit: 504.
+    worker.script.token_delay_s = 0
+    worker.script.first_chunk_delay_s = 0.6
+    resp = await post(gw, CHAT)
+    err = orjson.loads(resp.body)["error"]
+    assert (resp.status, err["code"]) == (504, "first_chunk_timeout")
+
+
+async def test_old_sdk_versions_are_logged_once(
+    gw: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="edgegw.local")
+    for _ in range(3):
+        assert (await post(gw, CHAT, [("x-sie-sdk-version", "0.0.9")])).status == 200
+    assert (await post(gw, CHAT, [("x-sie-sdk-version", "2.1.0")])).status == 200
+    lines = [r for r in caplog.records if "SDK version" in r.getMessage()]
+    assert len(lines) == 1 and "0.0.9" in lines[0].getMessage()
