@@ -95,6 +95,11 @@ async def test_chat_maps_every_field_to_sglang(gw: Gateway, worker: FakeSGLang) 
         "user": "u-1",
         "safety_identifier": "s-1",
         "routing_key": "tenant-a",
+        "stop": ["\n\n", "END"],
+        "logprobs": True,
+        "top_logprobs": 2,
+        "presence_penalty": 0.5,
+        "top_p": 0.9,
     }
     resp = await post(gw, body)
     assert resp.status == 200, resp.body
@@ -113,6 +118,11 @@ async def test_chat_maps_every_field_to_sglang(gw: Gateway, worker: FakeSGLang) 
     assert sent["max_completion_tokens"] == 1024  # SIE_GATEWAY_DEFAULT_MAX_TOKENS
     assert (sent["seed"], sent["min_tokens"], sent["repetition_penalty"]) == (-5, 2, 1.1)
     assert sent["logit_bias"] == {"42": 5}
+    assert sent["stop"] == ["\n\n", "END"]
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+    assert (sent["presence_penalty"], sent["top_p"]) == (0.5, 0.9)
+    # Asked for, the logprobs come back.
+    assert answer["choices"][0]["logprobs"]["content"]
     for dropped in ("user", "safety_identifier", "routing_key", "max_tokens"):
         assert dropped not in sent
     assert sent["rid"] == resp.headers[b"x-sie-request-id"].decode()
