@@ -89,6 +89,10 @@ class App:
         self.targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
         self.catalog = ModelCatalog(settings, pool, self.targets)
         self.fleet = Fleet(settings.local_models, pool)
+        # Requests being handled now (bounded by settings.max_in_flight), and whether a
+        # shutdown has begun (new requests then get 503 with Connection: close).
+        self.in_flight = 0
+        self.draining = False
         self.sdk_versions = local.SdkVersionLog()
         self.telemetry = telemetry if telemetry is not None else Telemetry(settings)
         self._api_keys = settings.api_keys
@@ -114,9 +118,32 @@ class App:
                 raise GatewayError(
                     405, "method_not_allowed", "Method not allowed", headers=((b"allow", allow),)
                 )
+            if self.draining:
+                raise GatewayError(
+                    503,
+                    "shutting_down",
+                    "The gateway is shutting down; retry on a new connection.",
+                    type="server_error",
+                    headers=((b"connection", b"close"), (b"retry-after", b"1")),
+                )
             if self._api_keys and path != "/health":
                 self._authenticate(scope)
-            await handler(self, scope, receive, send)
+            if path == "/health":
+                await handler(self, scope, receive, send)
+                return
+            if self.in_flight >= self.settings.max_in_flight:
+                raise GatewayError(
+                    503,
+                    "overloaded",
+                    "Too many requests in flight; retry shortly.",
+                    type="server_error",
+                    headers=((b"retry-after", b"1"),),
+                )
+            self.in_flight += 1
+            try:
+                await handler(self, scope, receive, send)
+            finally:
+                self.in_flight -= 1
         except (GatewayError, RequestError) as e:
             status, extra, body = render_error(e)
             await respond_json(send, status, body, extra)

@@ -566,6 +566,7 @@ async def serve(
     w = app.watch.register(receive)
     w.scope.deadline = deadline
     finished = False
+    head_sent: list[bool] = []
     try:
         with w.scope:
             try:
@@ -581,6 +582,7 @@ async def serve(
                         timeouts.first_chunk_s,
                         timeouts.inter_chunk_s,
                         extra,
+                        head_sent,
                     )
                 else:
                     w.scope.deadline = min(deadline, trio.current_time() + timeouts.overall_s)
@@ -605,6 +607,25 @@ async def serve(
             # The worker may still be generating for nobody: abort it by request id.
             with trio.move_on_after(ABORT_TIMEOUT_S, shield=True):
                 await _abort(app, worker, rid)
+    if w.drained and not w.client_gone:
+        if head_sent and not finished:
+            event = envelope("the gateway is shutting down", "server_error", None, "shutting_down")
+            await send(
+                {
+                    "type": "http.response.body",
+                    "body": b"data: " + event + b"\n\n",
+                    "more_body": False,
+                }
+            )
+            return
+        if not head_sent:
+            raise GatewayError(
+                503,
+                "shutting_down",
+                "The gateway is shutting down.",
+                type="server_error",
+                headers=((b"connection", b"close"),),
+            )
     if w.scope.cancelled_caught and not w.client_gone and not stream:
         raise GatewayError(
             504, "overall_timeout", "the model did not finish in time", type="server_error"
@@ -701,6 +722,7 @@ async def _stream(
     first_chunk_s: float,
     inter_chunk_s: float,
     extra: tuple[tuple[bytes, bytes], ...],
+    head_sent: list[bool],
 ) -> bool:
     """Relay one worker stream in the SIE shape; True when it ended cleanly."""
     normalizer = ChatStream(
@@ -719,6 +741,7 @@ async def _stream(
         *extra,
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
+    head_sent.append(True)
     limit = first_chunk_s
     try:
         while True:

@@ -16,17 +16,21 @@ from edgegw.streaming import DisconnectWatch
 from edgegw.telemetry import Telemetry
 from edgegw.upstream import UpstreamPool
 
+# Hypercorn's own handler deadline comes this long after the drain time, so that streams
+# cut at the drain deadline still have time to send their final error event.
+DRAIN_MARGIN_S = 5.0
 
-def hypercorn_config(settings: Settings) -> Config:
+
+def hypercorn_config(settings: Settings, bind: str | None = None) -> Config:
     config = Config()
-    config.bind = [f"{settings.host}:{settings.port}"]
+    config.bind = [bind or f"{settings.host}:{settings.port}"]
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     # Hypercorn's read_timeout also fires while a response streams: leave it unset and
     # bound request bodies in the app. Its default graceful timeout (3 s) would cut
-    # streams at shutdown; drain for the configured time instead.
+    # streams at shutdown; edgegw drains for settings.graceful_timeout_s itself.
     config.read_timeout = None
-    config.graceful_timeout = settings.graceful_timeout_s
+    config.graceful_timeout = settings.graceful_timeout_s + DRAIN_MARGIN_S
     config.keep_alive_timeout = 75
     config.h11_max_incomplete_size = 64 * 1024
     return config
@@ -38,9 +42,16 @@ async def serve(
     shutdown_trigger: Any = None,
     pool: UpstreamPool | None = None,
     telemetry: Telemetry | None = None,
+    bind: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled (or `shutdown_trigger` returns); started(binds) once listening."""
+    """Serve until cancelled, or until `shutdown_trigger` returns and the drain is over;
+    started(binds) once listening. `bind` overrides host:port (e.g. `fd://3` for a
+    listening socket inherited from the supervisor of several workers).
+
+    Shutdown: stop accepting; requests arriving on open connections get 503 with
+    `Connection: close`; running exchanges may finish for settings.graceful_timeout_s,
+    then streams still running end with an SSE error event (`shutting_down`)."""
     if pool is None:
         pool = UpstreamPool(
             connect_timeout_s=settings.connect_timeout_s,
@@ -57,11 +68,30 @@ async def serve(
                 await nursery.start(app.fleet.run)
             if settings.telemetry_enabled:
                 await nursery.start(telemetry.serve_metrics)
-            kwargs: dict[str, Any] = {"task_status": task_status}
-            if shutdown_trigger is not None:
-                kwargs["shutdown_trigger"] = shutdown_trigger
-            await hypercorn_serve(app, hypercorn_config(settings), **kwargs)  # type: ignore[arg-type]
+
+            async def drain_trigger() -> None:
+                if shutdown_trigger is None:
+                    await trio.sleep_forever()
+                await shutdown_trigger()
+                app.draining = True
+                nursery.start_soon(_end_streams_after, watch, settings.graceful_timeout_s)
+
+            await hypercorn_serve(
+                app,  # type: ignore[arg-type]
+                hypercorn_config(settings, bind),
+                shutdown_trigger=drain_trigger,
+                task_status=task_status,
+            )
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await pool.aclose()
+
+
+async def _end_streams_after(watch: DisconnectWatch, drain_s: float) -> None:
+    await trio.sleep(drain_s)
+    ended = watch.drain_all()
+    if ended:
+        logging.getLogger("edgegw.server").warning(
+            "drain time over: ended %d running exchange(s)", ended
+        )

@@ -61,7 +61,12 @@ class Settings:
     # Idle keep-alive connections kept per upstream host.
     pool_idle_per_host: int = 64
     models_timeout_s: float = 5.0
+    # SIGTERM: how long running streams may finish before they are ended with an SSE error.
     graceful_timeout_s: float = 30.0
+    # Requests handled at once by one process; past it, 503 with Retry-After at once.
+    max_in_flight: int = 1024
+    # Processes sharing the port (`edgegw serve`); None means one per core.
+    workers: int | None = None
     log_level: str = "INFO"
     # Model filters (inference-gateway's ALLOWED_MODELS / DISALLOWED_MODELS), lower-cased;
     # an allow-list wins over the deny-list.
@@ -219,6 +224,10 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["models_cache_ttl_s"] = parse_duration("MODELS_CACHE_TTL", v)
     if v := env.get("EDGEGW_COMMUNITY_MODELS_FILE"):
         kw["community_models_file"] = v.strip()
+    if v := env.get("EDGEGW_MAX_IN_FLIGHT"):
+        kw["max_in_flight"] = _int("EDGEGW_MAX_IN_FLIGHT", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_WORKERS"):
+        kw["workers"] = _int("EDGEGW_WORKERS", v, 1, 1024)
     if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
         kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
     if v := env.get("LOG_LEVEL"):
@@ -265,6 +274,8 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             continue
         if name == "port":
             kw["port"] = _int("--port", str(value), 0, 65535)
+        elif name == "workers":
+            kw["workers"] = _int("--workers", str(value), 1, 1024)
         elif name == "host":
             kw["host"] = str(value)
         else:

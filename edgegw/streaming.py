@@ -62,6 +62,8 @@ class StreamOutcome:
     # trio.current_time() when the first body bytes went to the client (time to first token).
     first_chunk_at: float | None = None
     tool_calls: list[str] = field(default_factory=list)
+    head_sent: bool = False
+    ended: bool = False
     done: bool = False
     events: int = 0
     error: str | None = None
@@ -74,7 +76,7 @@ WATCH_DELAY_S = 0.25
 class Watched:
     """One exchange under watch: its cancel scope, and whether the client went away."""
 
-    __slots__ = ("receive", "scope", "started", "watcher", "client_gone")
+    __slots__ = ("receive", "scope", "started", "watcher", "client_gone", "drained")
 
     def __init__(self, receive: Receive) -> None:
         self.receive = receive
@@ -82,6 +84,8 @@ class Watched:
         self.started = trio.current_time()
         self.watcher: trio.CancelScope | None = None
         self.client_gone = False
+        # Cut short because the drain time of a shutdown ran out.
+        self.drained = False
 
 
 class DisconnectWatch:
@@ -122,6 +126,14 @@ class DisconnectWatch:
         self._active[id(w)] = w
         return w
 
+    def drain_all(self) -> int:
+        """End every exchange still running (the shutdown's drain time is over)."""
+        active = list(self._active.values())
+        for w in active:
+            w.drained = True
+            w.scope.cancel()
+        return len(active)
+
     def release(self, w: Watched) -> None:
         del self._active[id(w)]
         if w.watcher is not None:
@@ -156,6 +168,14 @@ async def forward(
                 await resp.aclose()
     finally:
         watch.release(w)
+    if w.drained:
+        raise GatewayError(
+            503,
+            "shutting_down",
+            "The gateway is shutting down.",
+            type="server_error",
+            headers=((b"connection", b"close"),),
+        )
     if w.scope.cancelled_caught and not w.client_gone:
         raise GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
     if w.client_gone:
@@ -224,6 +244,7 @@ async def relay_sse(
                         else SSE_HEADERS,
                     }
                 )
+                outcome.head_sent = True
                 try:
                     await _pump(settings, resp, send, outcome)
                 except Exception:
@@ -235,6 +256,17 @@ async def relay_sse(
     finally:
         watch.release(w)
     outcome.client_gone = w.client_gone
+    if w.drained and not w.client_gone:
+        if outcome.head_sent and not outcome.ended:
+            await _end_with_error(send, outcome, "shutting_down", "the gateway is shutting down")
+        elif not outcome.head_sent:
+            raise GatewayError(
+                503,
+                "shutting_down",
+                "The gateway is shutting down.",
+                type="server_error",
+                headers=((b"connection", b"close"),),
+            )
     return outcome
 
 
@@ -278,12 +310,14 @@ async def _pump(settings: Settings, resp: Response, send: Send, outcome: StreamO
             send, outcome, "upstream_stream_truncated", "the upstream stream ended mid-event"
         )
         return
+    outcome.ended = True
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _end_with_error(send: Send, outcome: StreamOutcome, code: str, message: str) -> None:
     """The final event of a failed stream: an error, then the end, and no [DONE]."""
     outcome.error = code
+    outcome.ended = True
     event = b"data: " + envelope(message, "upstream_error", None, code) + b"\n\n"
     await send({"type": "http.response.body", "body": event, "more_body": False})
 
