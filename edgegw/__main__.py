@@ -29,11 +29,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--config", help="YAML/JSON file with settings (keys named like the environment variables)"
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="processes sharing the port (EDGEGW_WORKERS, default: one per core)",
+    )
+    serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
     demo = sub.add_parser("demo", help="run the gateway in front of the built-in mock provider")
     demo.add_argument("--port", type=int, default=8080, help="gateway port (default 8080)")
     demo.add_argument(
         "--token-rate", type=float, default=20.0, help="mock tokens per second when streaming"
     )
+    sub.add_parser("version", help="print edgegw's version and those of its bundled libraries")
     models = sub.add_parser("models", help="the community model table")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     sync = models_sub.add_parser(
@@ -84,10 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "models":
         return _models_sync(args.source, args.out)
+    if args.command == "version":
+        print(versions())
+        return 0
     try:
         if args.command == "serve":
             settings = Settings.load(
-                config_file=args.config, overrides={"host": args.host, "port": args.port}
+                config_file=args.config,
+                overrides={"host": args.host, "port": args.port, "workers": args.workers},
             )
         else:
             settings = Settings.load(overrides={"port": args.port})
@@ -99,7 +110,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         if args.command == "serve":
-            trio.run(_serve_until_signal, settings)
+            workers = settings.workers or os.cpu_count() or 1
+            if args.worker_fd is None and workers > 1:
+                from edgegw import supervisor
+
+                return supervisor.run(settings, workers, args.config)
+            bind = None if args.worker_fd is None else f"fd://{args.worker_fd}"
+            trio.run(_serve_until_signal, settings, bind)
         else:
             trio.run(_demo, settings, args.token_rate)
     except KeyboardInterrupt:
@@ -107,13 +124,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-async def _serve_until_signal(settings: Settings) -> None:
+def versions() -> str:
+    """One line per component: edgegw, Python, and the HTTP stack it carries."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    import h11
+
+    lines = []
+    for dist in ("edgegw", "hypercorn", "trio", "orjson"):
+        try:
+            lines.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            lines.append(f"{dist} unknown")
+    lines.insert(1, f"h11 {h11.__version__}")
+    lines.append(f"python {platform.python_version()}")
+    return "\n".join(lines)
+
+
+async def _serve_until_signal(settings: Settings, bind: str | None = None) -> None:
     from edgegw.server import serve
 
     async with trio.open_nursery() as nursery:
         stop = trio.Event()
         nursery.start_soon(_set_on_signal, stop)
-        await serve(settings, shutdown_trigger=stop.wait)
+        await serve(settings, shutdown_trigger=stop.wait, bind=bind)
         nursery.cancel_scope.cancel()
 
 
