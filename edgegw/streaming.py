@@ -184,7 +184,7 @@ async def forward(
     if not 200 <= resp.status < 300 and not raw_errors:
         raise upstream_error(resp.status, resp.headers, payload)
     if b'"usage"' in payload or b'"tool_calls"' in payload:
-        _tap_body(payload, outcome)
+        _tap(payload, outcome, "message")
     headers = [
         (b"content-type", resp.header(b"content-type") or b"application/json"),
         (b"content-length", b"%d" % len(payload)),
@@ -298,7 +298,7 @@ async def _pump(settings: Settings, resp: Response, send: Send, outcome: StreamO
                 if event.is_done:
                     outcome.done = True
                 elif _has_usage(event.data) or b'"tool_calls"' in event.data:
-                    _tap_event(event.data, outcome)
+                    _tap(event.data, outcome, "delta")
         except RequestError as e:
             await _end_with_error(send, outcome, e.code, str(e))
             return
@@ -327,8 +327,9 @@ def _has_usage(data: bytes) -> bool:
     return b'"usage":' in data and b'"usage":null' not in data
 
 
-def _tap_event(data: bytes, outcome: StreamOutcome) -> None:
-    """Usage and tool-call names from one chat/completions stream chunk."""
+def _tap(data: bytes, outcome: StreamOutcome, part: str) -> None:
+    """Usage and tool-call names from a stream chunk (`part` "delta") or a whole
+    non-streaming answer (`part` "message")."""
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError:
@@ -339,24 +340,7 @@ def _tap_event(data: bytes, outcome: StreamOutcome) -> None:
     if isinstance(usage, dict):
         outcome.usage = usage
     for choice in doc.get("choices") or ():
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        _collect_tool_calls(delta, outcome)
-
-
-def _tap_body(payload: bytes, outcome: StreamOutcome) -> None:
-    """Usage and tool-call names from a non-streaming answer."""
-    try:
-        doc = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return
-    if not isinstance(doc, dict):
-        return
-    usage = doc.get("usage")
-    if isinstance(usage, dict):
-        outcome.usage = usage
-    for choice in doc.get("choices") or ():
-        message = choice.get("message") if isinstance(choice, dict) else None
-        _collect_tool_calls(message, outcome)
+        _collect_tool_calls(choice.get(part) if isinstance(choice, dict) else None, outcome)
 
 
 def _collect_tool_calls(message: object, outcome: StreamOutcome) -> None:

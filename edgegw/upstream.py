@@ -148,14 +148,12 @@ class UpstreamPool:
 
         A reused keep-alive connection that turns out closed before any response byte is
         retried once on a fresh connection (the peer never saw the request)."""
-        _check_request_line(target, headers)
-        lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
-        if body or method in (b"POST", b"PUT", b"PATCH"):
-            lines.append(b"content-length: %d\r\n" % len(body))
-        lines += (b"user-agent: ", USER_AGENT, b"\r\n\r\n", body)
-        request = b"".join(lines)
+        framing = (
+            b"content-length: %d\r\n" % len(body)
+            if body or method in (b"POST", b"PUT", b"PATCH")
+            else b""
+        )
+        request = _request_head(origin, method, target, headers, framing) + body
         for attempt in (0, 1):
             conn = self._checkout(origin) if attempt == 0 else None
             reused = conn is not None
@@ -191,19 +189,16 @@ class UpstreamPool:
         """Send a request whose body arrives piece by piece (`next_chunk()` returns b""
         at the end); with no known length it goes chunked. Not retried: the body cannot be
         replayed, so only a connection that looks alive is reused."""
-        _check_request_line(target, headers)
-        lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
-        for name, value in headers:
-            lines += (name, b": ", value, b"\r\n")
-        if content_length is None:
-            lines.append(b"transfer-encoding: chunked\r\n")
-        else:
-            lines.append(b"content-length: %d\r\n" % content_length)
-        lines += (b"user-agent: ", USER_AGENT, b"\r\n\r\n")
+        framing = (
+            b"transfer-encoding: chunked\r\n"
+            if content_length is None
+            else b"content-length: %d\r\n" % content_length
+        )
+        head = _request_head(origin, method, target, headers, framing)
         conn = self._checkout(origin) or await self._connect(origin)
         parser = ResponseParser(method == b"HEAD")
         try:
-            await conn.stream.send_all(b"".join(lines))
+            await conn.stream.send_all(head)
             sent = 0
             while chunk := await next_chunk():
                 sent += len(chunk)
@@ -232,6 +227,18 @@ class UpstreamPool:
     async def _discard(self, conn: _Connection) -> None:
         self.open_connections -= 1
         await conn.aclose()
+
+
+def _request_head(
+    origin: Origin, method: bytes, target: bytes, headers: Headers, framing: bytes
+) -> bytes:
+    """The request line and header block, framing header included."""
+    _check_request_line(target, headers)
+    lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
+    for name, value in headers:
+        lines += (name, b": ", value, b"\r\n")
+    lines += (framing, b"user-agent: ", USER_AGENT, b"\r\n\r\n")
+    return b"".join(lines)
 
 
 def _check_request_line(target: bytes, headers: Headers) -> None:
