@@ -97,6 +97,7 @@ def gateway(port: int, mock_port: int, cpu: int):
         "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
         "OPENAI_API_KEY": "bench-key",
         "LOG_LEVEL": "WARNING",
+        "EDGEGW_WORKERS": "1",  # one process: the gateway under test is pinned to one core
     }
     return process(["-m", "edgegw", "serve", "--port", str(port)], cpu, env, port)
 
