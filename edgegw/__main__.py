@@ -41,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
         "--token-rate", type=float, default=20.0, help="mock tokens per second when streaming"
     )
     sub.add_parser("version", help="print edgegw's version and those of its bundled libraries")
+    bench = sub.add_parser("bench", help="load-test a gateway against the built-in mock upstream")
+    from edgegw import benchcmd
+
+    benchcmd.add_arguments(bench)
     models = sub.add_parser("models", help="the community model table")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     sync = models_sub.add_parser(
@@ -94,6 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "version":
         print(versions())
         return 0
+    if args.command == "bench":
+        from edgegw import benchcmd
+
+        return benchcmd.run(args)
     try:
         if args.command == "serve":
             settings = Settings.load(

@@ -448,9 +448,12 @@ async def _send_reply(
         return True
     head = h11.Response(status_code=200, headers=_SSE_HEADERS, reason=b"OK")
     await stream.send_all(conn.send(head) or b"")
+    # Paced against absolute times, so timer rounding does not add up over a stream.
+    due = trio.current_time()
     for delay_s, event in _sse_events(sse):
         if delay_s:
-            await trio.sleep(delay_s)
+            due += delay_s
+            await trio.sleep_until(due)
         await stream.send_all(conn.send(h11.Data(data=event)) or b"")
     if sse.break_after is not None:
         return False

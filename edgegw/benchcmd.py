@@ -1,0 +1,801 @@
+"""`edgegw bench`: a load test of a gateway in front of the built-in mock upstream.
+
+The command always starts the mock (``edgegw.mock``) with the ``--mock-*`` settings. The load
+goes to, by default, an edgegw started in this process with the mock as its ``openai``
+provider; or to a running gateway (``--target URL``, which must itself be configured to use
+the mock); or to the mock itself (``--direct``), the baseline for what a gateway adds.
+The load generator is ``edgegw.loadgen``: closed loop (``--connections``) or open loop
+(``--rate``), bounded by ``--duration`` and ``--max-requests``. It prints throughput,
+latency, time to first token, gaps between stream events and errors by kind, and can write
+all of it as JSON (``--json``) and compare it with an earlier run's JSON (``--compare``).
+
+Exit status: 0 when the run completed (errors are counted, not fatal; Ctrl-C during the load
+ends it early and still reports), 2 for bad arguments or a target that cannot be reached or
+does not answer at the start, 130 when interrupted before the load began, 1 when the --json
+file could not be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import orjson
+import trio
+
+from edgegw.loadgen import Load, LoadSpec, Probe, probe, stats_json
+from edgegw.mock import MockConfig, MockUpstream
+
+SCHEMA = "edgegw-bench/1"
+MAX_DURATION_S = 600.0
+MAX_WARMUP_S = 60.0
+MAX_REQUESTS = 10_000_000
+MAX_CONNECTIONS = 4096
+MAX_RATE = 50_000.0  # far above what one Python process can send; a typo guard, not a target
+DEFAULT_CONNECTIONS = 32  # closed loop (bench/README.md's throughput runs use 32)
+DEFAULT_OPEN_LOOP_CONNECTIONS = 256  # open loop: the most that may be opened
+CONNECT_TIMEOUT_S = 5.0  # the first connection, before the run
+PROBE_TIMEOUT_S = 5.0  # the first request's answer, at least
+MOCK_KEY = "edgegw-bench"  # what the in-process gateway sends the mock (which checks none)
+API_KEY_ENV = "EDGEGW_BENCH_API_KEY"  # a key for the target, never taken from the command line
+# Compared metrics within this much of the earlier run are shown as "≈": on a small shared
+# machine run-to-run spread is often larger (bench/README.md).
+NOISE_PCT = 5.0
+USAGE = """\
+examples:
+  edgegw bench                                  # 10 s, streaming, 32 connections, via edgegw
+  edgegw bench --no-stream --rate 500 --duration 30 --json run.json
+  edgegw bench --direct --json direct.json      # the mock alone: the baseline
+  edgegw bench --mock-latency-ms 50 --mock-token-rate 40 --mock-tokens 64 --connections 128
+  edgegw bench --compare run.json               # print the change against an earlier run
+  OPENAI_API_URL=http://127.0.0.1:9000/v1 OPENAI_API_KEY=x edgegw serve &
+  edgegw bench --target http://127.0.0.1:8080 --mock-port 9000
+
+The target gets Authorization: Bearer $EDGEGW_BENCH_API_KEY when that variable is set."""
+
+
+class BenchError(Exception):
+    """A bad option or an unreachable target: exit status 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class BenchOptions:
+    target: str | None = None
+    direct: bool = False
+    mock: MockConfig = MockConfig()  # noqa: RUF009 (frozen)
+    mock_port: int = 0
+    model: str = "openai/mock"
+    stream: bool = True
+    connections: int | None = None  # None: DEFAULT_CONNECTIONS, or the open-loop default cap
+    rate: float | None = None
+    duration_s: float = 10.0
+    warmup_s: float = 1.0
+    max_requests: int = 1_000_000
+    timeout_s: float = 30.0
+    json_path: str | None = None
+    compare: dict[str, Any] | None = None  # the earlier run, already read
+    compare_path: str | None = None
+    progress: bool | None = None  # None: when stderr is a terminal
+    api_key: str | None = None
+
+    @property
+    def loop_connections(self) -> int:
+        if self.connections is not None:
+            return self.connections
+        return DEFAULT_CONNECTIONS if self.rate is None else DEFAULT_OPEN_LOOP_CONNECTIONS
+
+
+def _bounded(kind: Callable[[str], float], lo: float, hi: float) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not lo <= value <= hi or (isinstance(value, float) and math.isnan(value)):
+            raise argparse.ArgumentTypeError(f"must be within [{lo:g}, {hi:g}]")
+        return value
+
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Load-test a gateway in front of the built-in mock upstream and print throughput,\n"
+        "latency percentiles, time to first token, gaps between stream events and errors."
+    )
+    parser.epilog = USAGE
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    where = parser.add_argument_group("what to load")
+    where.add_argument(
+        "--target",
+        metavar="URL",
+        help="a running gateway, http://host:port (default: start edgegw in this process, "
+        "in front of the mock); it must send the model's requests to the mock",
+    )
+    where.add_argument(
+        "--direct", action="store_true", help="load the mock itself: the baseline for a gateway"
+    )
+    where.add_argument(
+        "--model", default="openai/mock", help="model to ask for (default openai/mock)"
+    )
+    where.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="streaming chat completions (default) or whole answers",
+    )
+    load = parser.add_argument_group("how much load")
+    load.add_argument(
+        "--connections",
+        type=_bounded(int, 1, MAX_CONNECTIONS),
+        metavar="N",
+        help=f"closed loop: N connections, each sending as soon as its answer is in "
+        f"(default {DEFAULT_CONNECTIONS}); with --rate: the most that may be opened "
+        f"(default {DEFAULT_OPEN_LOOP_CONNECTIONS})",
+    )
+    load.add_argument(
+        "--rate",
+        type=_bounded(float, 0.1, MAX_RATE),
+        metavar="R",
+        help="open loop: R requests per second on schedule, latency timed from when each "
+        "was due (no coordinated omission)",
+    )
+    load.add_argument(
+        "--duration",
+        type=_bounded(float, 0.1, MAX_DURATION_S),
+        default=10.0,
+        metavar="S",
+        help=f"seconds measured (default 10, at most {MAX_DURATION_S:g})",
+    )
+    load.add_argument(
+        "--warmup",
+        type=_bounded(float, 0, MAX_WARMUP_S),
+        default=1.0,
+        metavar="S",
+        help="seconds of load before measuring (default 1)",
+    )
+    load.add_argument(
+        "--max-requests",
+        type=_bounded(int, 1, MAX_REQUESTS),
+        default=1_000_000,
+        metavar="N",
+        help="stop after N measured requests (default 1,000,000)",
+    )
+    load.add_argument(
+        "--timeout",
+        type=_bounded(float, 0.01, MAX_DURATION_S),
+        default=30.0,
+        metavar="S",
+        help="per request, counted as an error past it (default 30)",
+    )
+    mock = parser.add_argument_group("the mock upstream")
+    mock.add_argument(
+        "--mock-latency-ms",
+        type=_bounded(float, 0, 600_000),
+        default=0.0,
+        metavar="MS",
+        help="delay before each answer's head (default 0)",
+    )
+    mock.add_argument(
+        "--mock-token-rate",
+        type=_bounded(float, 0, 1e6),
+        default=0.0,
+        metavar="R",
+        help="tokens per second when streaming; 0 = as fast as possible (default)",
+    )
+    mock.add_argument(
+        "--mock-tokens",
+        type=_bounded(int, 0, 100_000),
+        default=16,
+        metavar="N",
+        help="tokens per answer (default 16)",
+    )
+    mock.add_argument(
+        "--mock-chunk-tokens",
+        type=_bounded(int, 1, 100_000),
+        default=1,
+        metavar="N",
+        help="tokens per stream chunk (default 1)",
+    )
+    mock.add_argument(
+        "--mock-error-rate",
+        type=_bounded(float, 0, 1),
+        default=0.0,
+        metavar="F",
+        help="share of requests the mock answers with a 500 (default 0)",
+    )
+    mock.add_argument(
+        "--mock-port",
+        type=_bounded(int, 0, 65535),
+        default=0,
+        metavar="PORT",
+        help="mock port (default: any free one; fix it for a --target configured in advance)",
+    )
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", help="write every result to FILE as JSON")
+    out.add_argument(
+        "--compare", metavar="FILE", help="print the change against an earlier --json FILE"
+    )
+    out.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a status line on stderr every second (default: when stderr is a terminal)",
+    )
+
+
+def options_from_args(
+    args: argparse.Namespace, environ: dict[str, str] | None = None
+) -> BenchOptions:
+    """Check what argparse cannot check alone; BenchError names the problem."""
+    env = os.environ if environ is None else environ
+    if args.direct and args.target:
+        raise BenchError("--direct loads the mock itself: give --target or --direct, not both")
+    if args.target:
+        _split_target(args.target)  # raises BenchError
+    if args.json:
+        _check_writable(args.json)
+    compare = _read_run(args.compare) if args.compare else None
+    try:
+        mock = MockConfig(
+            latency_s=args.mock_latency_ms / 1000,
+            token_rate=args.mock_token_rate,
+            tokens=args.mock_tokens,
+            chunk_tokens=args.mock_chunk_tokens,
+            error_rate=args.mock_error_rate,
+        )
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+    return BenchOptions(
+        target=args.target,
+        direct=args.direct,
+        mock=mock,
+        mock_port=args.mock_port,
+        model=args.model,
+        stream=args.stream,
+        connections=args.connections,
+        rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        max_requests=args.max_requests,
+        timeout_s=args.timeout,
+        json_path=args.json,
+        compare=compare,
+        compare_path=args.compare,
+        progress=args.progress,
+        api_key=env.get(API_KEY_ENV) or None,
+    )
+
+
+def parse_options(argv: Sequence[str], environ: dict[str, str] | None = None) -> BenchOptions:
+    """The options of `edgegw bench ARGV` (argparse exits 2 on a bad one, BenchError here)."""
+    parser = argparse.ArgumentParser(prog="edgegw bench")
+    add_arguments(parser)
+    return options_from_args(parser.parse_args(argv), environ)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        options = options_from_args(args)
+    except BenchError as e:
+        print(f"edgegw bench: {e}", file=sys.stderr)
+        return 2
+    return trio.run(_run_until_interrupted, options)
+
+
+async def _run_until_interrupted(options: BenchOptions) -> int:
+    interrupt = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            with trio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:
+                    interrupt.set()
+
+        nursery.start_soon(watch)
+        code = await run_bench(options, interrupt=interrupt)
+        nursery.cancel_scope.cancel()
+    return code
+
+
+async def run_bench(
+    opts: BenchOptions,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    interrupt: trio.Event | None = None,
+) -> int:
+    """The whole command: start the mock (and the gateway), load, report; the exit status."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    interrupt = trio.Event() if interrupt is None else interrupt
+    started_at = datetime.datetime.now(datetime.UTC)
+    async with trio.open_nursery() as nursery:
+        try:
+            return await _bench(opts, nursery, out, err, interrupt, started_at)
+        except BenchError as e:
+            print(f"edgegw bench: {e}", file=err)
+            return 2
+        finally:
+            nursery.cancel_scope.cancel()  # the mock and the gateway go with the run
+
+
+async def _bench(
+    opts: BenchOptions,
+    nursery: trio.Nursery,
+    out: TextIO,
+    err: TextIO,
+    interrupt: trio.Event,
+    started_at: datetime.datetime,
+) -> int:
+    mock = MockUpstream(opts.mock)
+    try:
+        mock_port = await nursery.start(mock.serve, "127.0.0.1", opts.mock_port)
+    except OSError as e:
+        raise BenchError(f"cannot start the mock on port {opts.mock_port}: {e.strerror}") from None
+    mock_url = f"http://127.0.0.1:{mock_port}/v1"
+    model = opts.model
+    if opts.direct:
+        kind, base = "direct", f"http://127.0.0.1:{mock_port}"
+        model = model.split("/", 1)[1] if "/" in model else model  # the provider's own name
+    elif opts.target:
+        kind, base = "external", opts.target
+    else:
+        kind, base = "in-process", await _start_gateway(nursery, mock_url)
+    host, port, path = _split_target(base)
+    need = opts.loop_connections * {"in-process": 4, "direct": 2, "external": 2}[kind] + 64
+    _ensure_file_descriptors(need, opts.loop_connections)
+    address = await _resolve(host, port)
+    spec = LoadSpec(
+        address=address,
+        port=port,
+        request=_encode_request(host, port, path, model, opts.stream, opts.api_key),
+        stream=opts.stream,
+        connections=opts.loop_connections,
+        rate=opts.rate,
+        duration_s=opts.duration_s,
+        warmup_s=opts.warmup_s,
+        max_requests=opts.max_requests,
+        timeout_s=opts.timeout_s,
+    )
+    params = _parameters(opts, kind, base, path, model, mock_url)
+    _print_header(params, out)
+    load = Load(spec)
+    first: Probe | None = None
+    problem: str | None = None
+    async with trio.open_nursery() as watchers:
+        with trio.CancelScope() as startup:
+            watchers.start_soon(_interrupt_on, interrupt, startup, load)
+            # Generous: a strict --timeout is for counting slow answers, not refusing to start.
+            wait_s = max(opts.timeout_s, PROBE_TIMEOUT_S)
+            first = await probe(spec, connect_timeout_s=CONNECT_TIMEOUT_S, answer_timeout_s=wait_s)
+            problem = _probe_problem(first, base)
+            if problem is None:
+                if first.kind is not None or not 200 <= first.status < 300:
+                    print(_probe_warning(first, kind, mock_url), file=err)
+                if opts.progress if opts.progress is not None else err.isatty():
+                    watchers.start_soon(_show_progress, load, err, err.isatty())
+        if first is not None and problem is None:
+            await load.run()  # outside `startup`: Ctrl-C now ends the load, not the command
+        watchers.cancel_scope.cancel()
+    if first is None:
+        return 130
+    if problem is not None:
+        raise BenchError(problem)
+    result = _result(load, params, started_at)
+    if opts.compare is not None:
+        result["comparison"] = _comparison(opts.compare, result, opts.compare_path or "")
+    _print_report(result, out)
+    if opts.json_path:
+        try:
+            data = orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n"
+            await trio.Path(opts.json_path).write_bytes(data)
+        except OSError as e:
+            print(f"edgegw bench: cannot write {opts.json_path}: {e.strerror}", file=err)
+            return 1
+    return 0
+
+
+async def _start_gateway(nursery: trio.Nursery, mock_url: str) -> str:
+    """edgegw on 127.0.0.1, any port, with the mock as its only provider; its base URL."""
+    from edgegw.server import serve
+    from edgegw.settings import Settings
+
+    # Only what the run needs: the user's environment (real provider keys, telemetry) stays out.
+    settings = Settings.load(
+        environ=MappingProxyType(
+            {
+                "SERVER_HOST": "127.0.0.1",
+                "SERVER_PORT": "0",
+                "OPENAI_API_URL": mock_url,
+                "OPENAI_API_KEY": MOCK_KEY,
+                "LOG_LEVEL": "WARNING",
+            }
+        )
+    )
+    binds = await nursery.start(lambda task_status: serve(settings, task_status=task_status))
+    return binds[0]
+
+
+def _split_target(url: str) -> tuple[str, int, str]:
+    """(host, port, path of chat completions) of a gateway's base URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or 80
+    except ValueError:
+        raise BenchError(f"--target {url!r}: not a URL") from None
+    if parts.scheme != "http" or not parts.hostname:
+        raise BenchError(f"--target {url!r}: expected http://host:port (plain HTTP only)")
+    path = parts.path.rstrip("/")
+    if not path.endswith("/chat/completions"):
+        path += "/chat/completions" if path.endswith("/v1") else "/v1/chat/completions"
+    return parts.hostname, port, path
+
+
+async def _resolve(host: str, port: int) -> str:
+    """One address for the whole run (a name is not looked up again per connection)."""
+    try:
+        with trio.fail_after(CONNECT_TIMEOUT_S):
+            infos = await trio.socket.getaddrinfo(host, port, type=trio.socket.SOCK_STREAM)
+    except (OSError, trio.TooSlowError):
+        raise BenchError(f"cannot resolve {host}") from None
+    # IPv4 first: "localhost" often lists ::1 first while servers listen on 127.0.0.1.
+    infos.sort(key=lambda info: info[0] != trio.socket.AF_INET)
+    return str(infos[0][4][0])
+
+
+def _ensure_file_descriptors(need: int, connections: int) -> None:
+    try:
+        import resource
+    except ImportError:  # not on this platform: nothing to check
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        if hard == resource.RLIM_INFINITY or hard >= need:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+        else:
+            raise BenchError(
+                f"{connections} connections need about {need} open files; the limit is {hard}"
+            )
+
+
+def _encode_request(
+    host: str, port: int, path: str, model: str, stream: bool, api_key: str | None
+) -> bytes:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
+    }
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    payload = orjson.dumps(body)
+    shown = f"[{host}]" if ":" in host else host
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"host: {shown}:{port}",
+        "content-type: application/json",
+        "accept: text/event-stream" if stream else "accept: application/json",
+        "user-agent: edgegw-bench",
+        f"content-length: {len(payload)}",
+    ]
+    if api_key:
+        lines.append(f"authorization: Bearer {api_key}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
+
+
+def _check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder):
+        raise BenchError(f"--json {path}: not a file in an existing folder")
+    if not os.access(path if os.path.exists(path) else folder, os.W_OK):
+        raise BenchError(f"--json {path}: not writable")
+
+
+def _read_run(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = orjson.loads(f.read())
+    except OSError as e:
+        raise BenchError(f"--compare {path}: cannot read ({e.strerror})") from None
+    except orjson.JSONDecodeError:
+        raise BenchError(f"--compare {path}: not JSON") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise BenchError(f"--compare {path}: not an `edgegw bench --json` file ({SCHEMA})")
+    return data
+
+
+# -- results -------------------------------------------------------------------------------
+
+
+def _parameters(
+    opts: BenchOptions, kind: str, base: str, path: str, model: str, mock_url: str
+) -> dict[str, Any]:
+    return {
+        "target": base,
+        "target_kind": kind,
+        "path": path,
+        "model": model,
+        "stream": opts.stream,
+        "loop": "closed" if opts.rate is None else "open",
+        "connections": opts.loop_connections,
+        "rate": opts.rate,
+        "duration_s": opts.duration_s,
+        "warmup_s": opts.warmup_s,
+        "max_requests": opts.max_requests,
+        "timeout_s": opts.timeout_s,
+        "mock": {
+            "url": mock_url,
+            "latency_ms": opts.mock.latency_s * 1000,
+            "token_rate": opts.mock.token_rate,
+            "tokens": opts.mock.tokens,
+            "chunk_tokens": opts.mock.chunk_tokens,
+            "error_rate": opts.mock.error_rate,
+        },
+    }
+
+
+def _result(load: Load, params: dict[str, Any], started_at: datetime.datetime) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        edgegw_version = version("edgegw")
+    except PackageNotFoundError:
+        edgegw_version = "unknown"
+    return {
+        "schema": SCHEMA,
+        "started_at": started_at.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "versions": {
+            "edgegw": edgegw_version,
+            "python": platform.python_version(),
+            "trio": trio.__version__,
+        },
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()]
+            if hasattr(os, "getloadavg")
+            else None,
+        },
+        "parameters": params,
+        "interrupted": load.interrupted,
+        "elapsed_s": round(load.elapsed_s, 6),
+        "connections": {"opened": load.connections_opened, "peak": load.peak_connections},
+        "warmup": {"requests": load.warmup.requests, "errors": load.warmup.error_count},
+        **stats_json(load.measured, load.elapsed_s),
+    }
+
+
+# Compared metrics: (label, path in the result, higher is better).
+_COMPARED = (
+    ("req/s", ("throughput", "requests_per_s"), True),
+    ("tokens/s", ("throughput", "tokens_per_s"), True),
+    ("latency p50", ("latency_ms", "p50"), False),
+    ("latency p90", ("latency_ms", "p90"), False),
+    ("latency p99", ("latency_ms", "p99"), False),
+    ("latency max", ("latency_ms", "max"), False),
+    ("first token p50", ("ttft_ms", "p50"), False),
+    ("first token p99", ("ttft_ms", "p99"), False),
+    ("chunk gap p50", ("gap_ms", "p50"), False),
+    ("chunk gap p99", ("gap_ms", "p99"), False),
+    ("error rate", ("error_rate",), False),
+)
+# Parameters whose difference makes a comparison doubtful (ports and URLs change every run).
+_SAME = ("target_kind", "model", "stream", "loop", "connections", "rate", "duration_s", "warmup_s")
+
+
+def _dig(data: dict[str, Any], path: Sequence[str]) -> float | None:
+    value: Any = data
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _comparison(before: dict[str, Any], now: dict[str, Any], path: str) -> dict[str, Any]:
+    changes = {}
+    for label, where, higher_better in _COMPARED:
+        old, new = _dig(before, where), _dig(now, where)
+        if old is None or new is None:
+            continue
+        pct = (new - old) / old * 100 if old else (0.0 if new == old else math.inf)
+        verdict = (
+            "≈" if abs(pct) < NOISE_PCT else ("better" if (pct > 0) == higher_better else "worse")
+        )
+        changes[label] = {
+            "before": old,
+            "now": new,
+            "change": round(new - old, 6),
+            "change_pct": _finite(pct),
+            "verdict": verdict,
+        }
+    p_old, p_new = before.get("parameters", {}), now["parameters"]
+    differ = {k: [p_old.get(k), p_new.get(k)] for k in _SAME if p_old.get(k) != p_new.get(k)}
+    mock_old, mock_new = p_old.get("mock", {}), p_new["mock"]
+    for k, v in mock_new.items():
+        if k != "url" and mock_old.get(k) != v:
+            differ[f"mock.{k}"] = [mock_old.get(k), v]
+    return {
+        "file": path,
+        "started_at": before.get("started_at"),
+        "parameters_differ": differ,
+        "changes": changes,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return round(x, 2) if math.isfinite(x) else None
+
+
+# -- printing ------------------------------------------------------------------------------
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "-"
+    if v < 1:
+        return f"{v:.3f} ms"
+    if v < 100:
+        return f"{v:.2f} ms"
+    return f"{v:,.0f} ms" if v >= 1000 else f"{v:.1f} ms"
+
+
+def _print_header(p: dict[str, Any], out: TextIO) -> None:
+    what = "streaming chat completions" if p["stream"] else "chat completions"
+    if p["loop"] == "closed":
+        loop = f"closed loop, {p['connections']} connections"
+    else:
+        loop = f"open loop at {p['rate']:g} req/s (up to {p['connections']} connections)"
+    warm = f" after a {p['warmup_s']:g} s warm-up" if p["warmup_s"] else ""
+    note = {
+        "in-process": "edgegw started in this process: gateway, mock and load generator share "
+        "one process and one core",
+        "direct": "the mock itself, no gateway: the baseline",
+        "external": "a running gateway; it must send these requests to the mock below",
+    }[p["target_kind"]]
+    m = p["mock"]
+    pace = f"{m['token_rate']:g} tokens/s" if m["token_rate"] else "unpaced"
+    print(
+        f"edgegw bench: {p['duration_s']:g} s of {what}{warm}, {loop}, "
+        f"at most {p['max_requests']:,} requests\n"
+        f"  target  {p['target']}{p['path']}  ({note})\n"
+        f"  mock    {m['url']}  latency {m['latency_ms']:g} ms, {pace}, {m['tokens']} tokens "
+        f"per answer, {m['chunk_tokens']} per chunk, error rate {m['error_rate']:g}\n"
+        f"  model   {p['model']}",
+        file=out,
+    )
+    if p["target_kind"] == "external":
+        print(
+            f"  (the target must be configured with the mock as its upstream, e.g. edgegw with "
+            f"OPENAI_API_URL={m['url']} OPENAI_API_KEY=any;\n   start the target first and pass "
+            f"--mock-port to keep the mock's port fixed)",
+            file=out,
+        )
+    out.flush()
+
+
+def _probe_problem(first: Probe, base: str) -> str | None:
+    """Why the run cannot start, or None."""
+    if first.kind == "timeout":
+        return f"{base} did not answer a first request ({first.detail})"
+    if first.kind in ("connect", "closed", "protocol"):
+        return f"cannot reach {base}: {first.detail or first.kind}"
+    return None
+
+
+def _probe_warning(first: Probe, kind: str, mock_url: str) -> str:
+    what = first.kind or f"HTTP {first.status}"
+    code = f" ({first.detail})" if first.detail else ""
+    hint = ""
+    if first.status == 401:
+        hint = f"; set {API_KEY_ENV} to the gateway's key"
+    elif kind == "external" and first.status in (404, 400, 502, 503, 504):
+        hint = f"; is the target's upstream for this model the mock at {mock_url}?"
+    return f"edgegw bench: warning: the first request got {what}{code}{hint}; running anyway"
+
+
+def _print_report(r: dict[str, Any], out: TextIO) -> None:
+    tp = r["throughput"]
+    lines = [""]
+    if r["interrupted"]:
+        lines.append("interrupted: the figures cover the time until Ctrl-C")
+    errors_pct = r["error_rate"] * 100
+    lines.append(
+        f"requests     {r['requests']:,} in {r['elapsed_s']:.2f} s: {tp['requests_per_s']:,.1f} req/s "
+        f"(ok {r['ok']:,}, errors {r['errors']:,} = {errors_pct:.2f} %)"
+    )
+    if r["tokens"]:
+        src = {"usage": "from usage", "content_events": "counted as content events"}.get(
+            r["tokens_source"], "from usage where given"
+        )
+        lines.append(f"tokens       {r['tokens']:,}: {tp['tokens_per_s']:,.1f} tokens/s ({src})")
+    if r["events"]:
+        lines.append(f"sse events   {r['events']:,}: {tp['events_per_s']:,.1f} events/s")
+    for label, key in (
+        ("latency", "latency_ms"),
+        ("first token", "ttft_ms"),
+        ("chunk gap", "gap_ms"),
+        ("send delay", "send_delay_ms"),
+    ):
+        s = r[key]
+        if s is not None:
+            lines.append(
+                f"{label:<12} p50 {_ms(s['p50']):>10}  p90 {_ms(s['p90']):>10}  "
+                f"p99 {_ms(s['p99']):>10}  max {_ms(s['max']):>10}"
+            )
+    if r["errors_by_kind"]:
+        kinds = ", ".join(f"{k} {v:,}" for k, v in r["errors_by_kind"].items())
+        lines.append(f"errors       {kinds}")
+    c = r["connections"]
+    lines.append(f"connections  {c['opened']:,} opened, at most {c['peak']:,} open at once")
+    if r["parameters"]["loop"] == "open" and r["send_delay_ms"]:
+        if r["send_delay_ms"]["p99"] > 1:
+            lines.append(
+                "             (send delay p99 over 1 ms: the rate was not sustained; latency "
+                "counts the wait)"
+            )
+    cmp = r.get("comparison")
+    if cmp is not None:
+        lines += ["", f"compared with {cmp['file']} ({cmp['started_at']}):"]
+        for k, (old, new) in cmp["parameters_differ"].items():
+            lines.append(f"  parameter differs: {k} {old} -> {new}")
+        lines.append(f"  {'':<16} {'before':>12} {'now':>12} {'difference':>12} {'change':>9}")
+        for label, ch in cmp["changes"].items():
+            fmt = _fmt_metric(label)
+            diff = fmt(abs(ch["change"]))
+            diff = ("-" if ch["change"] < 0 else "+") + diff
+            pct = "n/a" if ch["change_pct"] is None else f"{ch['change_pct']:+.1f} %"
+            lines.append(
+                f"  {label:<16} {fmt(ch['before']):>12} {fmt(ch['now']):>12} {diff:>12} "
+                f"{pct:>9}  {ch['verdict']}"
+            )
+    print("\n".join(lines), file=out, flush=True)
+
+
+def _fmt_metric(label: str) -> Callable[[float], str]:
+    if label.endswith("/s"):
+        return lambda v: f"{v:,.1f}"
+    if label == "error rate":
+        return lambda v: f"{v * 100:.2f} %"
+    return _ms
+
+
+async def _interrupt_on(event: trio.Event, startup: trio.CancelScope, load: Load) -> None:
+    """Ctrl-C: before the load, give up; during it, stop and report what ran."""
+    await event.wait()
+    startup.cancel()
+    load.interrupt()
+
+
+async def _show_progress(load: Load, err: TextIO, tty: bool) -> None:
+    """One status line about once a second: rewritten in place on a terminal, else appended."""
+    last_count, last_t = 0, trio.current_time()
+    try:
+        while True:
+            await trio.sleep(1.0)
+            now = trio.current_time()
+            count = load.warmup.requests + load.measured.requests
+            errors = load.warmup.error_count + load.measured.error_count
+            rate = (count - last_count) / (now - last_t) if now > last_t else 0.0
+            last_count, last_t = count, now
+            phase = load.phase()
+            if phase == "warm-up":
+                clock = f"warm-up {now - load.start:4.1f}/{load.spec.warmup_s:g} s"
+            else:
+                clock = f"{phase} {now - load.measure_start:5.1f}/{load.spec.duration_s:g} s"
+            line = f"[{clock}] {count:,} requests, {errors:,} errors, {rate:,.0f} req/s"
+            err.write(f"\r{line}\x1b[K" if tty else line + "\n")
+            err.flush()
+    finally:
+        if tty:
+            err.write("\r\x1b[K")
+            err.flush()

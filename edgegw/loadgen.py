@@ -1,0 +1,576 @@
+"""The load generator behind `edgegw bench`: HTTP/1.1 on Trio, closed or open loop.
+
+Lean enough that the gateway, not the generator, is what a run measures:
+
+- one task per connection, one request in flight on it, keep-alive (no pipelining);
+- the request is encoded once; responses are framed by the Rust core's ``ResponseParser`` and
+  streams split by its ``SseSplitter`` (the sans-IO code the gateway's upstream client uses:
+  a few µs per response), so the Python work per SSE event is a timestamp and a regex;
+- durations go into fixed-size, HDR-like histograms, so memory does not grow with the run.
+
+**Closed loop** (``rate`` is None): ``connections`` tasks send back to back; latency runs from
+the moment a request is sent. **Open loop**: requests are due at ``start + i / rate`` whether or
+not earlier ones have been answered; a scheduler hands each due time to an idle connection
+task and opens another connection when none is idle, up to ``connections``. Latency and time
+to first token run from the *due* time (or from the send, when that came early), so a target
+that stalls is charged for every request it held back (no coordinated omission); a request
+that could not even be sent within ``timeout_s`` of its due time is counted as a timeout.
+
+Every run is bounded twice: requests stop being started at ``warmup_s + duration_s`` or after
+``max_requests`` measured requests, and whatever is still running ``timeout_s`` (plus a grace)
+after that is cancelled. Requests *started* during the warm-up are not measured.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import trio
+
+from edgegw._core import RequestError, ResponseParser, SseSplitter
+
+RECEIVE_BYTES = 64 * 1024
+# A non-streaming body is kept only to read `usage` from it; past this it is counted and dropped.
+MAX_KEPT_BODY_BYTES = 1024 * 1024
+# After a failed connect, a closed-loop task waits this long: a target that is down must not turn
+# the run into a busy loop of refused connects (the run stays bounded in count regardless).
+CONNECT_BACKOFF_S = 0.01
+# Past the last deadline, how long cleanup may take before the run is cut.
+GRACE_S = 2.0
+# Open loop: the scheduler wakes this much before a request is due. Trio's timers sit on epoll,
+# whose timeout is whole milliseconds rounded up, so a request sent on the wake-up would be
+# 0.65 ms late on average (measured: 2 vCPU KVM guest); waking early and sending at once makes
+# lateness rare (0.02 ms on average there). An early request is timed from when it was sent.
+TIMER_SLACK_S = 0.001
+# Histogram range: whole microseconds up to an hour (longer is clamped, and counted).
+MAX_US = 3_600_000_000
+
+# A chat or text chunk that carries generated text: `"content":"x` or `"text":"x` with a
+# non-empty string (the role chunk's `"content":""` and `null` do not count). The leading quote
+# keeps `"reasoning_content"` out, and inside a JSON string a quote is escaped, so quoted JSON
+# in the text cannot match either.
+_CONTENT = re.compile(rb'"(?:content|text)":\s*"[^"]')
+_COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
+
+_SUB_BITS = 7  # 128 buckets per power of two above 256 µs: each under 0.8 % wide
+_EXACT = 2 << _SUB_BITS  # below 256 µs every microsecond has its own bucket
+
+
+def _bucket(us: int) -> int:
+    if us < _EXACT:
+        return us
+    shift = us.bit_length() - _SUB_BITS - 1
+    return (shift << _SUB_BITS) + (us >> shift)
+
+
+def _bounds(index: int) -> tuple[int, int]:
+    """The lowest and highest microsecond value of a bucket."""
+    if index < _EXACT:
+        return index, index
+    shift = (index >> _SUB_BITS) - 1
+    m = index - (shift << _SUB_BITS)
+    return m << shift, ((m + 1) << shift) - 1
+
+
+class Histogram:
+    """Durations in log-linear buckets of whole microseconds (the HdrHistogram layout at about
+    two significant digits): exact below 256 µs, under 0.8 % wide above. A percentile is the
+    middle of its bucket, clamped to the exact min and max."""
+
+    __slots__ = ("counts", "total", "sum_us", "min_us", "max_us")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (_bucket(MAX_US) + 1)
+        self.total = 0
+        self.sum_us = 0
+        self.min_us = MAX_US
+        self.max_us = 0
+
+    def record(self, seconds: float) -> None:
+        us = int(seconds * 1e6)
+        if us < 0:
+            us = 0
+        elif us > MAX_US:
+            us = MAX_US
+        self.counts[us if us < _EXACT else _bucket(us)] += 1
+        self.total += 1
+        self.sum_us += us
+        if us < self.min_us:
+            self.min_us = us
+        if us > self.max_us:
+            self.max_us = us
+
+    def percentile_us(self, q: float) -> float:
+        """The q-th percentile (0 < q <= 100) in microseconds; nan when empty."""
+        if not self.total:
+            return math.nan
+        if q >= 100:
+            return float(self.max_us)
+        rank = max(1, math.ceil(q / 100 * self.total))
+        seen = 0
+        for index, count in enumerate(self.counts):
+            seen += count
+            if seen >= rank:
+                low, high = _bounds(index)
+                return min(max((low + high) / 2, self.min_us), self.max_us)
+        return float(self.max_us)  # unreachable: the counts sum to total
+
+    def summary_ms(self) -> dict[str, float | int] | None:
+        """count, min, mean, p50, p90, p99, p99.9 and max in milliseconds; None when empty."""
+        if not self.total:
+            return None
+        out: dict[str, float | int] = {
+            "count": self.total,
+            "min": self.min_us / 1000,
+            "mean": round(self.sum_us / self.total / 1000, 3),
+        }
+        for name, q in (("p50", 50), ("p90", 90), ("p99", 99), ("p999", 99.9)):
+            out[name] = round(self.percentile_us(q) / 1000, 3)
+        out["max"] = self.max_us / 1000
+        return out
+
+    def buckets(self) -> list[list[int]]:
+        """[lowest µs of the bucket, count] for every bucket in use, ascending."""
+        return [[_bounds(i)[0], c] for i, c in enumerate(self.counts) if c]
+
+
+@dataclass
+class Stats:
+    """What one phase (warm-up or measurement) observed."""
+
+    started: int = 0
+    requests: int = 0  # finished, successfully or not
+    ok: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # by kind
+    statuses: dict[int, int] = field(default_factory=dict)
+    tokens: int = 0  # completion tokens of successful requests
+    tokens_from_usage: int = 0  # requests whose tokens came from `usage` (else: content events)
+    events: int = 0  # SSE events received, [DONE] included
+    latency: Histogram = field(default_factory=Histogram)  # successful requests, to the end
+    ttft: Histogram = field(default_factory=Histogram)  # to the first event carrying text
+    gap: Histogram = field(default_factory=Histogram)  # between consecutive events of a stream
+    send_delay: Histogram = field(default_factory=Histogram)  # open loop: sent minus due
+    timeline: dict[int, list[int]] = field(default_factory=dict)  # second -> [requests, errors]
+
+    @property
+    def error_count(self) -> int:
+        return self.requests - self.ok
+
+    def fail(self, kind: str, second: int) -> None:
+        self.requests += 1
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        slot = self.timeline.setdefault(second, [0, 0])
+        slot[0] += 1
+        slot[1] += 1
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    address: str  # an IP address to connect to (resolve names once, before the run)
+    port: int
+    request: bytes  # the whole request, sent as is on every exchange
+    stream: bool  # expect an SSE stream (and time its events)
+    connections: int  # closed loop: how many; open loop: the most that may be opened
+    rate: float | None  # requests per second (open loop); None for a closed loop
+    duration_s: float
+    warmup_s: float
+    max_requests: int  # measured requests started, at most (the warm-up has its own, equal cap)
+    timeout_s: float  # per request, from its start (closed loop) or due time (open loop)
+
+
+class _Exchange:
+    """The mutable state of one request in progress."""
+
+    __slots__ = (
+        "status", "fault", "first", "last", "events", "content", "done", "usage_tokens", "body"
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.done = False
+        self.fault: str | None = None
+        self.first: float | None = None
+        self.last: float | None = None
+        self.events = 0
+        self.content = 0
+        self.usage_tokens: int | None = None
+        self.body = bytearray()
+
+
+class Load:
+    """One run. ``await load.run()``; the live counters feed a progress display."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        self.spec = spec
+        self.warmup = Stats()
+        self.measured = Stats()
+        self.connections_opened = 0
+        self.connections_open = 0
+        self.peak_connections = 0
+        self.interrupted = False
+        self.start = 0.0
+        self.measure_start = 0.0
+        self.end = 0.0
+        self.finished: float | None = None
+        self._idle = 0  # open loop: connection tasks waiting for a due time
+        self._workers = 0
+        self._scope: trio.CancelScope | None = None
+
+    @property
+    def elapsed_s(self) -> float:
+        """Measured time: from the end of the warm-up to the last request's end."""
+        finish = self.finished if self.finished is not None else trio.current_time()
+        return max(0.0, finish - self.measure_start)
+
+    def phase(self) -> str:
+        if self.finished is not None:
+            return "done"
+        now = trio.current_time()
+        if now < self.measure_start:
+            return "warm-up"
+        return "run" if now < self.end else "drain"
+
+    def interrupt(self) -> None:
+        """Stop now (Ctrl-C): requests in flight are dropped, the rest is reported."""
+        self.interrupted = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def run(self) -> None:
+        spec = self.spec
+        self.start = trio.current_time()
+        self.measure_start = self.start + spec.warmup_s
+        self.end = self.measure_start + spec.duration_s
+        with trio.CancelScope(deadline=self.end + spec.timeout_s + GRACE_S) as scope:
+            self._scope = scope
+            if self.interrupted:
+                scope.cancel()
+            async with trio.open_nursery() as nursery:
+                if spec.rate is None:
+                    for _ in range(spec.connections):
+                        nursery.start_soon(self._closed_loop)
+                else:
+                    nursery.start_soon(self._schedule, nursery)
+        self.finished = trio.current_time()
+
+    # -- the two loops ------------------------------------------------------------------------
+
+    def _admit(self, due: float) -> Stats | None:
+        """The phase a request due at `due` belongs to, counted as started; None: do not send."""
+        if due >= self.end:
+            return None
+        stats = self.warmup if due < self.measure_start else self.measured
+        if stats.started >= self.spec.max_requests:
+            return None
+        stats.started += 1
+        return stats
+
+    async def _closed_loop(self) -> None:
+        stream: trio.SocketStream | None = None
+        try:
+            while True:
+                now = trio.current_time()
+                stats = self._admit(now)
+                if stats is None:
+                    if now < self.measure_start:  # the warm-up's cap is spent: wait it out
+                        await trio.sleep_until(self.measure_start)
+                        continue
+                    return
+                stream = await self._request(stream, now, stats)
+        finally:
+            if stream is not None:
+                await self._drop(stream)
+
+    async def _schedule(self, nursery: trio.Nursery) -> None:
+        spec = self.spec
+        assert spec.rate is not None
+        send, receive = trio.open_memory_channel[tuple[float, Stats]](0)
+        async with send, receive:
+            i = 0
+            while True:
+                due = self.start + i / spec.rate
+                i += 1
+                stats = self._admit(due)
+                if stats is None:
+                    if due < self.measure_start:  # the warm-up's cap is spent: skip to the run
+                        i = max(i, math.ceil(spec.warmup_s * spec.rate))
+                        continue
+                    return
+                await trio.sleep_until(due - TIMER_SLACK_S)
+                if self._idle == 0 and self._workers < spec.connections:
+                    self._idle += 1
+                    self._workers += 1
+                    nursery.start_soon(self._open_loop, receive.clone())
+                await send.send((due, stats))
+
+    async def _open_loop(self, receive: trio.MemoryReceiveChannel[tuple[float, Stats]]) -> None:
+        stream: trio.SocketStream | None = None
+        try:
+            async with receive:
+                async for due, stats in receive:
+                    self._idle -= 1
+                    now = trio.current_time()
+                    stats.send_delay.record(now - due)  # early (negative) counts as 0
+                    if now - due >= self.spec.timeout_s:  # held back too long to be worth sending
+                        stats.fail("timeout", self._second(now))
+                    else:
+                        stream = await self._request(stream, max(due, now), stats)
+                    self._idle += 1
+        finally:
+            if stream is not None:
+                await self._drop(stream)
+
+    # -- one request --------------------------------------------------------------------------
+
+    def _second(self, t: float) -> int:
+        return int(t - self.measure_start) if t >= self.measure_start else -1
+
+    async def _request(
+        self, stream: trio.SocketStream | None, origin: float, stats: Stats
+    ) -> trio.SocketStream | None:
+        """Send one request (connecting first if needed) and record it; the stream to reuse."""
+        spec = self.spec
+        kind: str | None = None
+        reusable = False
+        exchange = _Exchange()
+        with trio.move_on_at(origin + spec.timeout_s) as scope:
+            if stream is None:
+                try:
+                    stream = await trio.open_tcp_stream(spec.address, spec.port)
+                except OSError:
+                    stats.fail("connect", self._second(trio.current_time()))
+                    await trio.sleep(CONNECT_BACKOFF_S)
+                    return None
+                self.connections_opened += 1
+                self.connections_open += 1
+                self.peak_connections = max(self.peak_connections, self.connections_open)
+            try:
+                reusable = await self._exchange(stream, exchange, stats)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                kind = "closed"
+            except RequestError as e:  # the framing: a cut response, or one that breaks HTTP
+                kind = "closed" if e.code == "upstream_connection_lost" else "protocol"
+        if scope.cancelled_caught:
+            kind = "timeout"
+        now = trio.current_time()
+        if kind is None:
+            self._finish(exchange, origin, now, stats)
+        else:
+            stats.fail(kind, self._second(now))
+        if stream is not None and (kind is not None or not reusable):
+            await self._drop(stream)
+            return None
+        return stream
+
+    async def _drop(self, stream: trio.SocketStream) -> None:
+        self.connections_open -= 1
+        with trio.move_on_after(1, shield=True):
+            try:
+                await stream.aclose()
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def _exchange(self, stream: trio.SocketStream, ex: _Exchange, stats: Stats) -> bool:
+        """Write the request, read the whole response into `ex`; whether the connection can
+        carry another request. Transport and framing errors propagate."""
+        parser = ResponseParser()
+        splitter: SseSplitter | None = None
+        clock = trio.current_time
+        gap = stats.gap
+        await stream.send_all(self.spec.request)
+        while True:
+            data = await stream.receive_some(RECEIVE_BYTES)
+            head, body, done = parser.feed(data) if data else parser.feed_eof()
+            if head is not None:
+                ex.status = head[0]
+                if self.spec.stream and 200 <= ex.status < 300:
+                    if _is_sse(head[1]):
+                        splitter = SseSplitter()
+                    else:
+                        ex.fault = "not_sse"
+            if body:
+                if splitter is None:
+                    if len(ex.body) < MAX_KEPT_BODY_BYTES:
+                        ex.body += body
+                else:
+                    now = clock()
+                    for event in splitter.feed(body):
+                        if ex.last is not None:
+                            gap.record(now - ex.last)
+                        ex.last = now
+                        ex.events += 1
+                        if event.is_done:
+                            ex.done = True
+                            continue
+                        payload = event.data
+                        if event.event == "error" or payload.startswith(b'{"error"'):
+                            ex.fault = "sse_error"
+                        elif _CONTENT.search(payload):
+                            ex.content += 1
+                            if ex.first is None:
+                                ex.first = now
+                        if b'"completion_tokens"' in payload:
+                            m = _COMPLETION_TOKENS.search(payload)
+                            if m:
+                                ex.usage_tokens = int(m[1])
+            if done:
+                # A stream that ends without [DONE], or in the middle of an event, was cut.
+                if splitter is not None and (splitter.finish() or not ex.done):
+                    ex.fault = ex.fault or "stream_incomplete"
+                return parser.reusable
+
+    def _finish(self, ex: _Exchange, origin: float, now: float, stats: Stats) -> None:
+        stats.statuses[ex.status] = stats.statuses.get(ex.status, 0) + 1
+        stats.events += ex.events
+        if not 200 <= ex.status < 300:
+            stats.fail(f"http_{ex.status}", self._second(now))
+            return
+        if ex.fault is not None:
+            stats.fail(ex.fault, self._second(now))
+            return
+        stats.requests += 1
+        stats.ok += 1
+        slot = stats.timeline.setdefault(self._second(now), [0, 0])
+        slot[0] += 1
+        stats.latency.record(now - origin)
+        if ex.first is not None:
+            stats.ttft.record(ex.first - origin)
+        if ex.usage_tokens is not None:
+            stats.tokens += ex.usage_tokens
+            stats.tokens_from_usage += 1
+        elif self.spec.stream:
+            stats.tokens += ex.content
+        else:
+            m = _COMPLETION_TOKENS.search(ex.body)
+            if m:
+                stats.tokens += int(m[1])
+                stats.tokens_from_usage += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """How the target answered one request."""
+
+    kind: str | None  # None when an HTTP answer came (see status); else the error kind
+    status: int = 0
+    detail: str | None = None  # the error envelope's code, or the system's reason
+
+
+async def probe(spec: LoadSpec, *, connect_timeout_s: float, answer_timeout_s: float) -> Probe:
+    """Send one request on its own connection and read its head (and an error's body):
+    can the run start at all?"""
+    try:
+        with trio.fail_after(connect_timeout_s):
+            stream = await trio.open_tcp_stream(spec.address, spec.port)
+    except OSError as e:
+        return Probe("connect", detail=_reason(e))
+    except trio.TooSlowError:
+        return Probe("timeout", detail=f"no connection within {connect_timeout_s:g} s")
+    parser = ResponseParser()
+    status, body = 0, bytearray()
+    try:
+        with trio.move_on_after(answer_timeout_s):
+            await stream.send_all(spec.request)
+            while True:
+                data = await stream.receive_some(RECEIVE_BYTES)
+                head, piece, done = parser.feed(data) if data else parser.feed_eof()
+                if head is not None:
+                    status = head[0]
+                    if 200 <= status < 300:
+                        return Probe(None, status)
+                if len(body) < MAX_KEPT_BODY_BYTES:
+                    body += piece
+                if done:
+                    return Probe(None, status, _error_code(bytes(body)))
+        return Probe("timeout", status, f"no answer within {answer_timeout_s:g} s")
+    except (OSError, trio.BrokenResourceError):
+        return Probe("closed", detail="the connection was closed")
+    except RequestError as e:
+        return Probe(
+            "closed" if e.code == "upstream_connection_lost" else "protocol", detail=e.code
+        )
+    finally:
+        with trio.move_on_after(1, shield=True):
+            await stream.aclose()
+
+
+def _reason(e: OSError) -> str:
+    """The system's words for a failed connect (trio wraps each attempt's error in a group)."""
+    cause = e.__cause__
+    if isinstance(cause, BaseExceptionGroup):
+        for inner in cause.exceptions:
+            if isinstance(inner, OSError) and inner.strerror:
+                return inner.strerror
+    return e.strerror or str(e) or type(e).__name__
+
+
+def _error_code(body: bytes) -> str | None:
+    """The `code` (or `type`) of an OpenAI error envelope, if the body is one."""
+    try:
+        error = orjson.loads(body).get("error")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code") or error.get("type")
+    return str(code)[:80] if code is not None else None
+
+
+def _is_sse(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name == b"content-type":
+            return value.lower().startswith(b"text/event-stream")
+    return False
+
+
+def _tokens_source(stats: Stats) -> str | None:
+    if not stats.ok:
+        return None
+    if stats.tokens_from_usage == stats.ok:
+        return "usage"
+    return "content_events" if stats.tokens_from_usage == 0 else "mixed"
+
+
+def stats_json(stats: Stats, elapsed_s: float) -> dict[str, Any]:
+    """The measured phase as plain JSON values (durations in ms, histograms in µs)."""
+    per_s = (lambda n: round(n / elapsed_s, 3)) if elapsed_s > 0 else (lambda n: 0.0)
+    return {
+        "requests": stats.requests,
+        "ok": stats.ok,
+        "errors": stats.error_count,
+        "error_rate": round(stats.error_count / stats.requests, 6) if stats.requests else 0.0,
+        "errors_by_kind": dict(sorted(stats.errors.items())),
+        "status_counts": {str(k): v for k, v in sorted(stats.statuses.items())},
+        "tokens": stats.tokens,
+        "tokens_source": _tokens_source(stats),
+        "events": stats.events,
+        "throughput": {
+            "requests_per_s": per_s(stats.requests),
+            "ok_per_s": per_s(stats.ok),
+            "tokens_per_s": per_s(stats.tokens),
+            "events_per_s": per_s(stats.events),
+        },
+        "latency_ms": stats.latency.summary_ms(),
+        "ttft_ms": stats.ttft.summary_ms(),
+        "gap_ms": stats.gap.summary_ms(),
+        "send_delay_ms": stats.send_delay.summary_ms(),
+        "timeline": [
+            {"second": s, "requests": v[0], "errors": v[1]}
+            for s, v in sorted(stats.timeline.items())
+            if s >= 0
+        ],
+        "histograms_us": {
+            name: hist.buckets()
+            for name, hist in (
+                ("latency", stats.latency),
+                ("ttft", stats.ttft),
+                ("gap", stats.gap),
+                ("send_delay", stats.send_delay),
+            )
+            if hist.total
+        },
+    }
