@@ -4,7 +4,11 @@
     python -m bench client                   # upstream client: h11 pool vs httpcore
     python -m bench latency                  # added latency at one request in flight
     python -m bench throughput               # req/s at 32 connections vs bare Hypercorn-Trio
-    python -m bench all                      # everything; JSON to bench/results/
+    python -m bench peers                    # vs mock direct, bare Hypercorn-Trio and LiteLLM
+    python -m bench streaming                # SSE relay: events/s, added inter-chunk gap
+    python -m bench memory                   # RSS idle, under load, per idle connection, soak
+    python -m bench profile                  # py-spy of the gateway under load, summarised
+    python -m bench all                      # parse, client, latency, throughput; JSON to bench/results/
 
 Processes are pinned with sched_setaffinity: for latency everything shares core 0 (on a
 2-vCPU VM cross-core wake-ups dominate the tail); for throughput the server under test
@@ -19,91 +23,33 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
-import sys
 import time
-from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 
 import trio
 
 from bench import client_bench, parse_bench
-from bench.loadgen import post, run_load
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-CHAT = (
-    b'{"model":"openai/gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},'
-    b'{"role":"user","content":"Say hello in five words."}],"max_tokens":16,"temperature":0.2}'
+from bench.harness import (
+    CHAT,
+    CHAT_DIRECT,
+    CORE_A,
+    CORE_B,
+    RESULTS,
+    ROOT,
+    cpu_seconds,
+    free_port,
+    gateway,
+    load,
+    mock_args,
+    process,
 )
-CHAT_DIRECT = CHAT.replace(b"openai/gpt-4o-mini", b"gpt-4o-mini")
-CORE_A, CORE_B = 0, min(1, (os.cpu_count() or 1) - 1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on {port}")
-
-
-@contextmanager
-def process(args: list[str], cpu: int, env: dict[str, str] | None = None, port: int | None = None):
-    proc = subprocess.Popen(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
-    )
-    try:
-        if port is not None:
-            wait_port(port)
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (procfs)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def mock_args(port: int) -> list[str]:
-    return ["-m", "edgegw.mock", "--port", str(port), "--tokens", "16"]
-
-
-def gateway(port: int, mock_port: int, cpu: int):
-    env = {
-        "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
-        "OPENAI_API_KEY": "bench-key",
-        "LOG_LEVEL": "WARNING",
-        "EDGEGW_WORKERS": "1",  # one process: the gateway under test is pinned to one core
-    }
-    return process(["-m", "edgegw", "serve", "--port", str(port)], cpu, env, port)
-
-
-def load(port: int, body: bytes, path: str, connections: int, seconds: float, max_requests: int):
-    return trio.run(run_load, port, post(port, path, body), connections, seconds, max_requests)
+from bench.memory import cmd_memory
+from bench.peers import cmd_peers, print_peers
+from bench.profile import cmd_profile
+from bench.streaming import cmd_streaming, print_streaming
 
 
 def cmd_parse(_: argparse.Namespace) -> dict:
@@ -219,18 +165,46 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
 
 
 def machine() -> dict:
-    info = {
+    info: dict = {
         "python": platform.python_version(),
         "nproc": os.cpu_count(),
         "kernel": platform.release(),
+        "versions": {},
     }
+    for pkg in ("edgegw", "trio", "hypercorn", "h11", "orjson"):
+        try:
+            info["versions"][pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 info["cpu"] = line.split(":", 1)[1].strip()
                 break
         info["loadavg_before"] = Path("/proc/loadavg").read_text().split()[:3]
+        info["mem_total"] = (
+            Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+        )
     except OSError:
+        pass
+    try:  # read-only: which commit the working tree is on, and whether it has local changes
+        info["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        info["tree_dirty"] = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        )
+    except (OSError, subprocess.TimeoutExpired):
         pass
     return info
 
@@ -249,12 +223,48 @@ def main() -> None:
     t.add_argument("--rounds", type=int, default=3)
     t.add_argument("--seconds", type=float, default=8)
     t.add_argument("--connections", type=int, default=32)
+    p = sub.add_parser("peers", help="edgegw vs mock direct, bare Hypercorn-Trio, LiteLLM")
+    p.add_argument("--rounds", type=int, default=3, help="throughput rounds")
+    p.add_argument("--seconds", type=float, default=7, help="per throughput cell")
+    p.add_argument("--skip", type=float, default=1.5, help="warm-up seconds not counted per cell")
+    p.add_argument("--connections", type=int, nargs="+", default=[32, 128])
+    p.add_argument("--latency-rounds", type=int, default=5)
+    p.add_argument("--latency-seconds", type=float, default=3, help="bound per c=1 cell")
+    p.add_argument("--latency-requests", type=int, default=2000)
+    p.add_argument("--latency-streams", type=int, default=500)
+    s = sub.add_parser("streaming", help="SSE relay: events/s unpaced, added gap paced")
+    s.add_argument("--rounds", type=int, default=3)
+    s.add_argument("--seconds", type=float, default=6, help="per unpaced cell")
+    s.add_argument("--skip", type=float, default=1.5, help="warm-up seconds not counted per cell")
+    s.add_argument("--connections", type=int, default=256)
+    s.add_argument(
+        "--token-rate", type=float, nargs="+", default=[20.0, 50.0], help="paced mock: tokens/s"
+    )
+    s.add_argument(
+        "--paced-seconds", type=float, default=4, help="per paced cell (streams then finish)"
+    )
+    s.add_argument("--c1-streams", type=int, default=3, help="paced streams per c=1 cell")
+    m = sub.add_parser("memory", help="RSS idle, per idle connection, under load, soak")
+    m.add_argument("--conns", type=int, default=2000, help="idle keep-alive connections")
+    m.add_argument("--batch", type=int, default=50, help="connections opened at once")
+    m.add_argument("--load-seconds", type=float, default=8)
+    m.add_argument("--soak-seconds", type=float, default=180)
+    m.add_argument("--soak-connections", type=int, default=32)
+    m.add_argument("--soak-bare", action="store_true", help="soak the bare app too")
+    pr = sub.add_parser("profile", help="py-spy of the gateway under a 32-connection load")
+    pr.add_argument("--seconds", type=float, default=10)
+    pr.add_argument("--rate", type=int, default=200)
+    pr.add_argument("--connections", type=int, default=32)
+    pr.add_argument(
+        "--nonblocking", action="store_true", help="py-spy --nonblocking, no native frames"
+    )
     a = sub.add_parser("all")
     a.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
     results: dict = {
         "machine": machine(),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "args": {k: v for k, v in vars(ns).items() if k != "cmd"},
     }
     if ns.cmd == "all":
         results["parse"] = cmd_parse(ns)
@@ -271,7 +281,16 @@ def main() -> None:
             "client": cmd_client,
             "latency": cmd_latency,
             "throughput": cmd_throughput,
+            "peers": cmd_peers,
+            "streaming": cmd_streaming,
+            "memory": cmd_memory,
+            "profile": cmd_profile,
         }[ns.cmd](ns)
+        if ns.cmd == "peers":
+            print_peers(results["peers"])
+        elif ns.cmd == "streaming":
+            print_streaming(results["streaming"])
+    results["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{ns.cmd}-{results['when'].replace(':', '')}.json"
     path.write_text(json.dumps(results, indent=2))

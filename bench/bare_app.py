@@ -1,7 +1,9 @@
 """The ceiling of edgegw's server stack: a bare Hypercorn-Trio ASGI app that reads the
-request and answers the mock's chat completion JSON itself, with no upstream.
+request and answers the mock's chat completion itself, with no upstream. A request with
+``"stream":true`` gets a canned SSE stream shaped like the mock's (a role chunk, ``--tokens``
+content chunks, a finish chunk, ``data: [DONE]``), one ASGI body message per event, unpaced.
 
-    python -m bench.bare_app --port 9100
+    python -m bench.bare_app --port 9100 [--tokens 16]
 """
 
 from __future__ import annotations
@@ -18,36 +20,67 @@ CANNED = (
     b'"finish_reason":"stop"}],"usage":{"prompt_tokens":12,"completion_tokens":14,"total_tokens":26}}'
 )
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(CANNED))]
+SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_CHUNK = (
+    b'data: {"id":"chatcmpl-mock","object":"chat.completion.chunk","created":1700000000,'
+    b'"model":"gpt-4o-mini","choices":[{"index":0,"delta":%s,"logprobs":null,"finish_reason":%s}]}\n\n'
+)
+WORDS = (b"the", b"quick", b"brown", b"fox", b"jumps", b"over", b"a", b"lazy", b"dog", b"while")
 
 
-async def app(scope, receive, send) -> None:
-    if scope["type"] != "http":
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                else:
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        return
-    more = True
-    while more:
-        message = await receive()
-        more = message.get("more_body", False)
-    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-    await send({"type": "http.response.body", "body": CANNED})
+def sse_events(tokens: int) -> list[bytes]:
+    events = [_CHUNK % (b'{"role":"assistant","content":""}', b"null")]
+    for i in range(tokens):
+        word = WORDS[i % len(WORDS)] if i == 0 else b" " + WORDS[i % len(WORDS)]
+        events.append(_CHUNK % (b'{"content":"%s"}' % word, b"null"))
+    events.append(_CHUNK % (b"{}", b'"stop"'))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def make_app(tokens: int):
+    events = sse_events(tokens)
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan":
+                while True:
+                    message = await receive()
+                    if message["type"] == "lifespan.startup":
+                        await send({"type": "lifespan.startup.complete"})
+                    else:
+                        await send({"type": "lifespan.shutdown.complete"})
+                        return
+            return
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        if b'"stream":true' not in body:
+            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+            await send({"type": "http.response.body", "body": CANNED})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    return app
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tokens", type=int, default=16, help="content chunks per SSE stream")
     ns = parser.parse_args()
     config = Config()
     config.bind = [f"127.0.0.1:{ns.port}"]
     config.accesslog = None
     config.read_timeout = None
-    trio.run(serve, app, config)
+    config.keep_alive_timeout = 75  # as edgegw's server: idle keep-alive connections stay open
+    trio.run(serve, make_app(ns.tokens), config)
 
 
 if __name__ == "__main__":
