@@ -101,7 +101,11 @@ class UpstreamPool:
                     tls = trio.SSLStream(
                         tcp, self._ssl(), server_hostname=origin.host, https_compatible=True
                     )
-                    await tls.do_handshake()
+                    try:
+                        await tls.do_handshake()
+                    except BaseException:
+                        tcp.socket.close()  # a failed or cancelled handshake must not leak it
+                        raise
                     stream = tls
         except trio.TooSlowError:
             raise GatewayError(

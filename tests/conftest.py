@@ -19,7 +19,18 @@ from edgegw.upstream import UpstreamPool
 UPSTREAM_KEY = "upstream-secret-key"
 # Modules whose tests open sockets: collect garbage after each, so that a leaked socket's
 # ResourceWarning fails the test that leaked it (warnings are errors), not a later one.
-SOCKET_MODULES = ("test_gateway", "test_mock", "test_demo")
+SOCKET_MODULES = (
+    "test_gateway",
+    "test_mock",
+    "test_demo",
+    "test_tls",
+    "test_passthrough",
+    "test_local",
+    "test_lifecycle",
+    "test_models",
+    "test_otlp",
+    "test_bench_cmd",
+)
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ a body or a sequence of chunks)."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -37,13 +38,21 @@ class EchoUpstream:
         self.answer: Callable[[Seen], Answer] = lambda seen: Answer()
         self.port = 0
 
-    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    async def serve(
+        self,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve plain HTTP, or HTTPS with `ssl_context`."""
+        listeners: list = await trio.open_tcp_listeners(0, host="127.0.0.1")
         self.port = listeners[0].socket.getsockname()[1]
+        if ssl_context is not None:
+            listeners = [trio.SSLListener(x, ssl_context, https_compatible=True) for x in listeners]
         task_status.started(self.port)
         await trio.serve_listeners(self._connection, listeners)
 
-    async def _connection(self, stream: trio.SocketStream) -> None:
+    async def _connection(self, stream: trio.abc.Stream) -> None:
         conn = h11.Connection(h11.SERVER)
         try:
             while True:
@@ -85,7 +94,12 @@ class EchoUpstream:
                         await stream.send_all(conn.send(h11.Data(data=piece)))
                     await stream.send_all(conn.send(h11.EndOfMessage()))
                 conn.start_next_cycle()
-        except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError):
+        except (
+            h11.ProtocolError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            ssl.SSLError,
+        ):
             pass
         finally:
             await stream.aclose()
