@@ -555,7 +555,7 @@ async def serve(
     path = b"/v1/chat/completions" if chat else b"/v1/completions"
     timeouts = rt.profile.timeouts
     deadline = trio.current_time() + timeouts.overall_s
-    worker, resp, reason = await _open(
+    worker, resp, reason, first = await _open(
         app, candidates, key, path, body, stream, min(timeouts.first_chunk_s, timeouts.overall_s)
     )
     if resp is None:
@@ -583,6 +583,7 @@ async def serve(
                         timeouts.inter_chunk_s,
                         extra,
                         head_sent,
+                        first,
                     )
                 else:
                     w.scope.deadline = min(deadline, trio.current_time() + timeouts.overall_s)
@@ -632,6 +633,26 @@ async def serve(
         )
 
 
+def _overloaded(first: bytes) -> bool:
+    """A stream that opens with SGLang's queue-full error (status 503), possibly after the
+    role chunk, before any generated content."""
+    for event in SseSplitter().feed(first):
+        try:
+            doc = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return False
+        if not isinstance(doc, dict):
+            return False
+        err = doc.get("error")
+        if isinstance(err, dict):
+            return err.get("code") in (503, "503")
+        for choice in doc.get("choices") or ():
+            delta = choice.get("delta") if isinstance(choice, dict) else None
+            if not isinstance(delta, dict) or delta.get("content") or delta.get("tool_calls"):
+                return False
+    return False
+
+
 def _loads(payload: bytes) -> object:
     try:
         return orjson.loads(payload)
@@ -652,9 +673,10 @@ async def _open(
     body: bytes,
     stream: bool,
     first_chunk_s: float,
-) -> tuple[WorkerState | None, Response | None, str]:
-    """A worker's response head, trying the next worker on a failure before any byte.
-    Returns (worker, response, "") or (None, None, why no local worker could serve)."""
+) -> tuple[WorkerState | None, Response | None, str, bytes]:
+    """A worker's response head (and for a stream its first piece), trying the next worker
+    on a failure before any byte reached the client. Returns (worker, response, "", first
+    bytes) or (None, None, why no local worker could serve, b"")."""
     exclude: set[int] = set()
     reason = "provisioning" if not candidates else "unhealthy"
     if (
@@ -692,8 +714,35 @@ async def _open(
             )
             worker.healthy = False
             continue
+        if resp.status == 200 and not stream:
+            return worker, resp, "", b""
         if resp.status == 200:
-            return worker, resp, ""
+            # SGLang answers a stream it cannot queue with 200 and then an error event (503):
+            # read the first piece before anything reaches the client, so that is retried too.
+            try:
+                with trio.fail_after(first_chunk_s):
+                    first = await resp.receive_chunk()
+            except (GatewayError, trio.TooSlowError) as e:
+                await resp.aclose()
+                worker.in_flight -= 1
+                if isinstance(e, trio.TooSlowError):
+                    raise GatewayError(
+                        504,
+                        "first_chunk_timeout",
+                        "the model did not start answering in time",
+                        type="server_error",
+                    ) from None
+                log.warning(
+                    "worker %s failed before the first chunk; trying another", worker.worker.url
+                )
+                continue
+            if not _overloaded(first):
+                return worker, resp, "", first
+            await resp.aclose()
+            worker.in_flight -= 1
+            log.warning("worker %s is overloaded; trying another", worker.worker.url)
+            reason = "saturated"
+            continue
         try:
             payload = await resp.read(1 << 20)
         finally:
@@ -708,7 +757,7 @@ async def _open(
             reason = "saturated" if resp.status in (429, 503) else "unhealthy"
             continue
         raise _worker_error(resp.status, payload)
-    return None, None, reason
+    return None, None, reason, b""
 
 
 async def _stream(
@@ -723,8 +772,10 @@ async def _stream(
     inter_chunk_s: float,
     extra: tuple[tuple[bytes, bytes], ...],
     head_sent: list[bool],
+    first: bytes,
 ) -> bool:
-    """Relay one worker stream in the SIE shape; True when it ended cleanly."""
+    """Relay one worker stream in the SIE shape, starting with the `first` piece already
+    read; True when it ended cleanly."""
     normalizer = ChatStream(
         rid,
         rt.profile.name,
@@ -742,20 +793,17 @@ async def _stream(
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     head_sent.append(True)
-    limit = first_chunk_s
+    limit = inter_chunk_s
+    pending = first
     try:
         while True:
             try:
                 with trio.fail_after(limit):
-                    chunk = await resp.receive_chunk()
+                    chunk, pending = (
+                        (pending, b"") if pending else (await resp.receive_chunk(), b"")
+                    )
             except trio.TooSlowError:
-                code = (
-                    "first_chunk_timeout"
-                    if limit == first_chunk_s and not normalizer.started
-                    else "inter_chunk_timeout"
-                )
-                raise WorkerFailure(code, "the worker stopped sending") from None
-            limit = inter_chunk_s
+                raise WorkerFailure("inter_chunk_timeout", "the worker stopped sending") from None
             if not chunk:
                 break
             out: list[bytes] = []

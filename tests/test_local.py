@@ -453,3 +453,22 @@ async def test_old_sdk_versions_are_logged_once(
     assert (await post(gw, CHAT, [("x-sie-sdk-version", "2.1.0")])).status == 200
     lines = [r for r in caplog.records if "SDK version" in r.getMessage()]
     assert len(lines) == 1 and "0.0.9" in lines[0].getMessage()
+
+
+async def test_an_overloaded_stream_is_retried_before_any_byte(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    # SGLang answers a stream it cannot queue with 200 and a first event carrying a 503 error.
+    busy, free = FakeSGLang(Script(overloaded=True)), FakeSGLang(Script())
+    await nursery.start(busy.serve)
+    await nursery.start(free.serve)
+    text = profile_yaml(
+        [(busy.port, "default", None), (free.port, "default", None)], lora_adapters=""
+    )
+    gw = await local_gateway(nursery, tmp_path, text)
+    for n in range(8):
+        resp = await post(gw, {**CHAT, "stream": True, "routing_key": f"k{n}"})
+        events = sse_data(resp.body)
+        assert events[-1] == b"[DONE]" and not any(b'"error"' in e for e in events)
+    assert len(generations(free)) == 8
+    assert generations(busy)  # affinity sent some keys to the busy worker first
