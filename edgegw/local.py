@@ -633,6 +633,13 @@ async def serve(
         )
 
 
+def _first_chunk_timeout() -> GatewayError:
+    # SIE: a first-chunk timeout is a 504, not a reason to try another worker.
+    return GatewayError(
+        504, "first_chunk_timeout", "the model did not start answering in time", type="server_error"
+    )
+
+
 def _overloaded(first: bytes) -> bool:
     """A stream that opens with SGLang's queue-full error (status 503), possibly after the
     role chunk, before any generated content."""
@@ -692,21 +699,18 @@ async def _open(
             (b"content-type", b"application/json"),
             (b"accept", b"text/event-stream" if stream else b"application/json"),
         ]
+        # One deadline for the head and, on a stream, its first piece.
+        deadline = trio.current_time() + first_chunk_s
         try:
-            with trio.fail_after(first_chunk_s):
+            with trio.fail_at(deadline):
                 resp = await app.pool.send(
                     worker.origin, b"POST", worker.origin.base_path.encode() + path, headers, body
                 )
-        except (GatewayError, trio.TooSlowError) as e:
+        except trio.TooSlowError:
             worker.in_flight -= 1
-            if isinstance(e, trio.TooSlowError):
-                # SIE: a first-chunk timeout is a 504, not a reason to try elsewhere.
-                raise GatewayError(
-                    504,
-                    "first_chunk_timeout",
-                    "the model did not start answering in time",
-                    type="server_error",
-                ) from None
+            raise _first_chunk_timeout() from None
+        except GatewayError as e:
+            worker.in_flight -= 1
             log.warning(
                 "worker %s failed before the first byte (%s); trying another",
                 worker.worker.url,
@@ -720,18 +724,15 @@ async def _open(
             # SGLang answers a stream it cannot queue with 200 and then an error event (503):
             # read the first piece before anything reaches the client, so that is retried too.
             try:
-                with trio.fail_after(first_chunk_s):
+                with trio.fail_at(deadline):
                     first = await resp.receive_chunk()
-            except (GatewayError, trio.TooSlowError) as e:
+            except trio.TooSlowError:
                 await resp.aclose()
                 worker.in_flight -= 1
-                if isinstance(e, trio.TooSlowError):
-                    raise GatewayError(
-                        504,
-                        "first_chunk_timeout",
-                        "the model did not start answering in time",
-                        type="server_error",
-                    ) from None
+                raise _first_chunk_timeout() from None
+            except GatewayError:
+                await resp.aclose()
+                worker.in_flight -= 1
                 log.warning(
                     "worker %s failed before the first chunk; trying another", worker.worker.url
                 )
