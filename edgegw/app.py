@@ -277,6 +277,7 @@ async def forward_remote(
     req: ParsedRequest,
     model_name: str,
     *,
+    fallback: bool = False,
     headers: tuple[tuple[bytes, bytes], ...] = (),
 ) -> None:
     """Steps 5-7 of the pipeline for a remote provider. `headers` go on a served answer
@@ -284,7 +285,7 @@ async def forward_remote(
     started = trio.current_time()
     chat = req.endpoint == "chat"
     # A fallback names its provider in the profile; ?provider= only routes client models.
-    target, model = app.resolve(model_name, scope if not headers else {})
+    target, model = app.resolve(model_name, {} if fallback else scope)
     provider = target.config.provider
     if req.has_images and not app.settings.enable_vision:
         raise GatewayError(

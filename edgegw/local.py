@@ -176,7 +176,7 @@ def _output_cap(
 
 
 def _check_logit_bias(doc: dict[str, Any], rt: LocalRuntime) -> None:
-    vocab = rt.vocab_size or (app_tokenizer_vocab(rt))
+    vocab = rt.vocab_size or _tokenizer_vocab(rt)
     bias = doc.get("logit_bias")
     if not vocab or not isinstance(bias, dict):
         return
@@ -190,7 +190,7 @@ def _check_logit_bias(doc: dict[str, Any], rt: LocalRuntime) -> None:
             )
 
 
-def app_tokenizer_vocab(rt: LocalRuntime) -> int | None:
+def _tokenizer_vocab(rt: LocalRuntime) -> int | None:
     tok = rt.tokenizer
     return tok.get_vocab_size() if tok is not None else None
 
@@ -874,5 +874,6 @@ async def _no_local_worker(
         send,
         req,
         fallback,
+        fallback=True,
         headers=((b"x-sie-served-by", b"remote"), (b"x-sie-fallback-reason", reason.encode())),
     )
