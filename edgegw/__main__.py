@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("version", help="print edgegw's version and those of its bundled libraries")
     bench = sub.add_parser("bench", help="load-test a gateway against the built-in mock upstream")
-    from edgegw import benchcmd
+    from edgegw.bench import command as benchcmd
 
     benchcmd.add_arguments(bench)
     models = sub.add_parser("models", help="the community model table")
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _models_sync(source: str | None, out: str | None) -> int:
-    from edgegw.community import DEFAULT_SOURCE, CommunityError, sync, user_table_path
+    from edgegw.models.community import DEFAULT_SOURCE, CommunityError, sync, user_table_path
 
     target = Path(
         out or os.environ.get("EDGEGW_COMMUNITY_MODELS_FILE", "").strip() or user_table_path()
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(versions())
         return 0
     if args.command == "bench":
-        from edgegw import benchcmd
+        from edgegw.bench import command as benchcmd
 
         return benchcmd.run(args)
     try:
@@ -163,7 +163,7 @@ async def _serve_until_signal(settings: Settings, bind: str | None = None) -> No
 async def _demo(settings: Settings, token_rate: float) -> None:
     from dataclasses import replace
 
-    from edgegw.mock import MockConfig, MockUpstream
+    from edgegw.bench.mock import MockConfig, MockUpstream
     from edgegw.providers import PROVIDERS
     from edgegw.server import serve
 

@@ -25,7 +25,6 @@ from urllib.parse import parse_qs
 import orjson
 import trio
 
-from edgegw import local, passthrough
 from edgegw._core import (
     ParsedRequest,
     RequestError,
@@ -34,7 +33,9 @@ from edgegw._core import (
 )
 from edgegw.asgi import ClientGone, Receive, Send, read_body, respond_json
 from edgegw.errors import INTERNAL_ERROR_BODY, GatewayError, render_error
-from edgegw.models import ModelCatalog, list_models
+from edgegw.local import serve as local
+from edgegw.local.fleet import Fleet
+from edgegw.models.catalog import ModelCatalog, list_models
 from edgegw.providers import (
     GATEWAY_ONLY_FIELDS,
     OPENAI_CHAT_FIELDS,
@@ -43,11 +44,11 @@ from edgegw.providers import (
     auth_headers,
     model_allowed,
 )
+from edgegw.routes import passthrough
 from edgegw.settings import ProviderConfig, Settings
 from edgegw.streaming import DisconnectWatch, Exchange, forward, relay_sse
-from edgegw.telemetry import Telemetry, metrics_push
+from edgegw.telemetry.recording import Telemetry, metrics_push
 from edgegw.upstream import Origin, UpstreamPool
-from edgegw.workers import Fleet
 
 log = logging.getLogger("edgegw.app")
 

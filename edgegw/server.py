@@ -13,7 +13,7 @@ from hypercorn.trio import serve as hypercorn_serve
 from edgegw.app import App
 from edgegw.settings import Settings
 from edgegw.streaming import DisconnectWatch
-from edgegw.telemetry import Telemetry
+from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
 # Hypercorn's own handler deadline comes this long after the drain time, so that streams

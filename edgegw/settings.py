@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from edgegw.profiles import LocalModel, ProfileError, load_local_models
+from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
 from edgegw.providers import PROVIDERS, Provider
 
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # inference-gateway's SERVER_MAX_REQUEST_BODY_SIZE
@@ -81,9 +81,9 @@ class Settings:
     models_cache_ttl_s: float = 300.0
     # The community model table (context windows, pricing, modalities) written by
     # `edgegw models sync`; None looks in $XDG_DATA_HOME/edgegw/community_models.json,
-    # then in the package (edgegw.community.default_table_paths).
+    # then in the package (edgegw.models.community.default_table_paths).
     community_models_file: str | None = None
-    # Models served by local SGLang workers (edgegw.profiles), from the config file.
+    # Models served by local SGLang workers (edgegw.local.profiles), from the config file.
     local_models: tuple[LocalModel, ...] = ()
 
     @classmethod

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from edgegw.mock import MockConfig, MockUpstream
+from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
 from edgegw.upstream import UpstreamPool

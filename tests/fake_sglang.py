@@ -1,5 +1,5 @@
 """A fake of ONE SGLang worker (``python -m sglang.launch_server``): raw Trio + h11 on loopback,
-scriptable, recording. Modelled on edgegw/mock.py: one ``h11.Connection`` per socket, one task per
+scriptable, recording. Modelled on edgegw/bench/mock.py: one ``h11.Connection`` per socket, one task per
 connection, bounded bodies, a watcher task that notices a client going away mid-response.
 
 Start it with ``port = await nursery.start(fake.serve)``; change ``fake.script`` (a mutable

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import trio
 
-from edgegw.benchcmd import BenchError, parse_options, run_bench
-from edgegw.loadgen import Histogram, _bounds, _bucket
-from edgegw.mock import MockConfig, MockUpstream
+from edgegw.bench.command import BenchError, parse_options, run_bench
+from edgegw.bench.loadgen import Histogram, _bounds, _bucket
+from edgegw.bench.mock import MockConfig, MockUpstream
 
 from .conftest import start_gateway, upstream_env
 

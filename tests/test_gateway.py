@@ -11,7 +11,7 @@ import pytest
 import trio
 from openai import APIError, BadRequestError, InternalServerError, OpenAI, RateLimitError
 
-from edgegw.mock import MockUpstream
+from edgegw.bench.mock import MockUpstream
 
 from .conftest import UPSTREAM_KEY, Gateway, start_gateway, upstream_env
 from .rawhttp import request, sse_data

@@ -6,7 +6,7 @@ import h11
 import orjson
 import trio
 
-from edgegw.mock import MockConfig, MockUpstream
+from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
 

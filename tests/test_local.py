@@ -10,7 +10,7 @@ import pytest
 import trio
 from openai import OpenAI
 
-from edgegw.mock import MockUpstream
+from edgegw.bench.mock import MockUpstream
 
 from .conftest import Gateway, start_gateway, upstream_env
 from .fake_sglang import FakeSGLang, Script

@@ -1,4 +1,4 @@
-"""edgegw.mock, driven over loopback by a raw h11 client.
+"""edgegw.bench.mock, driven over loopback by a raw h11 client.
 
 The fixture is named `upstream`, not `mock`: conftest's `mock` carries an API key for the gateway
 tests, while these tests want the mock's defaults."""
@@ -13,7 +13,7 @@ import orjson
 import pytest
 import trio
 
-from edgegw.mock import MAX_BODY_BYTES, WORDS, MockConfig, MockUpstream
+from edgegw.bench.mock import MAX_BODY_BYTES, WORDS, MockConfig, MockUpstream
 
 WAIT_S = 2  # upper bound for the mock to notice something; tests normally take milliseconds
 

@@ -21,16 +21,16 @@ from hypothesis import strategies as st
 
 from edgegw.__main__ import main
 from edgegw.app import Target
-from edgegw.community import EMPTY_TABLE, lookup_keys, per_token
 from edgegw.errors import GatewayError
-from edgegw.model_lists import (
+from edgegw.models.catalog import ModelCatalog
+from edgegw.models.community import EMPTY_TABLE, lookup_keys, per_token
+from edgegw.models.lists import (
     ListedModel,
     llamacpp_window,
     normalise_entry,
     ollama_window,
     read_page,
 )
-from edgegw.models import ModelCatalog
 from edgegw.providers import PROVIDERS
 from edgegw.settings import Settings
 from edgegw.upstream import UpstreamPool

@@ -30,13 +30,13 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw._core import RequestError, decode_otlp_metrics, gunzip_capped
+from edgegw.bench.mock import MockUpstream
 from edgegw.errors import GatewayError
-from edgegw.metrics import OVERFLOW_VALUE
-from edgegw.mock import MockUpstream
-from edgegw.otlp import MAX_REPLAY_OBSERVATIONS, decode_json
 from edgegw.server import serve
 from edgegw.settings import Settings
-from edgegw.telemetry import Telemetry
+from edgegw.telemetry.instruments import OVERFLOW_VALUE
+from edgegw.telemetry.otlp import MAX_REPLAY_OBSERVATIONS, decode_json
+from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
 from .conftest import upstream_env

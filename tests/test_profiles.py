@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgegw.profiles import Timeouts
+from edgegw.local.profiles import Timeouts
 from edgegw.settings import Settings, SettingsError
 
 EXAMPLE = """

@@ -12,7 +12,7 @@ import sys
 import orjson
 import trio
 
-from edgegw.mock import MockUpstream
+from edgegw.bench.mock import MockUpstream
 
 from .conftest import upstream_env
 from .rawhttp import request

@@ -1,7 +1,7 @@
 //! OTLP metrics push (`POST /v1/metrics`): gzip with a decoded-size cap, and protobuf
 //! `ExportMetricsServiceRequest` decoding into plain structs holding what the gateway's
 //! accept/reject rules need. Pure: no I/O, no pyo3. The rules themselves live in Python
-//! (edgegw/otlp.py), which also reads the JSON (protojson) encoding into the same shape.
+//! (edgegw/telemetry/otlp.py), which also reads the JSON (protojson) encoding into the same shape.
 
 use std::io::Read;
 

@@ -30,8 +30,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote
 
-from edgegw.community import rate_text
 from edgegw.errors import GatewayError
+from edgegw.models.community import rate_text
 
 # Fields of a list entry that publish the context window, in order: Groq, Cohere/OpenRouter,
 # Mistral, vLLM/SGLang, Anthropic, Gemini (native). llama.cpp's `meta.n_ctx` comes last.

@@ -58,7 +58,7 @@ import orjson
 
 from edgegw._core import OTLP_MAX_ATTRIBUTES, OTLP_MAX_DATA_POINTS
 from edgegw.errors import GatewayError
-from edgegw.metrics import Counter, Histogram, Labels, labels
+from edgegw.telemetry.instruments import Counter, Histogram, Labels, labels
 
 DELTA = 1
 TEMPORALITY_NAMES = {

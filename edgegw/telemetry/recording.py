@@ -1,8 +1,8 @@
 """Telemetry: the gateway's own Prometheus metrics, the OTLP metrics push endpoint
 (POST /v1/metrics) that adds to them, and the scrape server on TELEMETRY_METRICS_PORT.
 
-The instruments are in edgegw/metrics.py (names and buckets as in inference-gateway,
-bounded label cardinality), the push rules in edgegw/otlp.py.
+The instruments are in edgegw/telemetry/instruments.py (names and buckets as in inference-gateway,
+bounded label cardinality), the push rules in edgegw/telemetry/otlp.py.
 
 The scrape server answers `GET /metrics` (and HEAD) with the exposition text (OpenMetrics
 when the scraper asks for it), 404 for any other path. It binds `SERVER_HOST` (default
@@ -31,9 +31,16 @@ from edgegw._core import (
 )
 from edgegw.asgi import Receive, Send, read_body, respond_json
 from edgegw.errors import GatewayError
-from edgegw.metrics import MAX_SERIES, Counter, Histogram, Snapshot, labels, open_instruments
-from edgegw.otlp import Resource, decode_json, record_push
 from edgegw.settings import Settings
+from edgegw.telemetry.instruments import (
+    MAX_SERIES,
+    Counter,
+    Histogram,
+    Snapshot,
+    labels,
+    open_instruments,
+)
+from edgegw.telemetry.otlp import Resource, decode_json, record_push
 
 if TYPE_CHECKING:
     from edgegw.app import App
@@ -134,7 +141,7 @@ class Telemetry:
     # --- pushes -----------------------------------------------------------------------
 
     async def decode_push(self, body: bytes, *, gzip: bool, as_json: bool) -> list[Resource]:
-        """A pushed body (gunzipped under the 4 MiB cap) in the shape of edgegw/otlp.py."""
+        """A pushed body (gunzipped under the 4 MiB cap) in the shape of edgegw/telemetry/otlp.py."""
         if gzip:
             if len(body) > OFFLOAD_BYTES:
                 body = await self._offload(gunzip_capped, body, OTLP_MAX_DECODED_BYTES)

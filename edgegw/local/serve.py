@@ -35,8 +35,8 @@ import trio
 from edgegw._core import ParsedRequest, SseSplitter
 from edgegw.asgi import Receive, Send, respond_json
 from edgegw.errors import GatewayError, envelope
+from edgegw.local.fleet import LocalRuntime, WorkerState
 from edgegw.upstream import Response
-from edgegw.workers import LocalRuntime, WorkerState
 
 if TYPE_CHECKING:
     from edgegw.app import App

@@ -15,7 +15,7 @@ One request, in order:
   5. PROVIDERS order, then the upstream's order.
 
 Each model: {id: "<provider>/<upstream id>", object, created, owned_by, served_by} (how
-each provider's native list becomes that: edgegw.model_lists) and the requested keys,
+each provider's native list becomes that: edgegw.models.lists) and the requested keys,
 resolved as the reference document orders them, first hit wins:
   context_window  runtime -> the provider's list entry -> community table -> null
   pricing         the entry's `pricing` object -> community table -> null; a provider that
@@ -23,7 +23,7 @@ resolved as the reference document orders them, first hit wins:
   modalities      community table -> null
 Requested keys that resolve to nothing are explicit nulls; keys not asked for are absent,
 so a plain answer keeps OpenAI's shape. Money is USD per token as decimal strings. The
-community table is edgegw.community's, loaded once when the catalog is made.
+community table is edgegw.models.community's, loaded once when the catalog is made.
 
 Failed fetches are not cached: the next request tries again (each within the timeout).
 """
@@ -40,9 +40,9 @@ import orjson
 import trio
 
 from edgegw.asgi import Receive, Send, respond_json
-from edgegw.community import CommunityTable, open_table
 from edgegw.errors import GatewayError
-from edgegw.model_lists import (
+from edgegw.models.community import CommunityTable, open_table
+from edgegw.models.lists import (
     PRICE_KEYS,
     ListedModel,
     llamacpp_window,

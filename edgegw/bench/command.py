@@ -1,10 +1,10 @@
 """`edgegw bench`: a load test of a gateway in front of the built-in mock upstream.
 
-The command always starts the mock (``edgegw.mock``) with the ``--mock-*`` settings. The load
+The command always starts the mock (``edgegw.bench.mock``) with the ``--mock-*`` settings. The load
 goes to, by default, an edgegw started in this process with the mock as its ``openai``
 provider; or to a running gateway (``--target URL``, which must itself be configured to use
 the mock); or to the mock itself (``--direct``), the baseline for what a gateway adds.
-The load generator is ``edgegw.loadgen``: closed loop (``--connections``) or open loop
+The load generator is ``edgegw.bench.loadgen``: closed loop (``--connections``) or open loop
 (``--rate``), bounded by ``--duration`` and ``--max-requests``. It prints throughput,
 latency, time to first token, gaps between stream events and errors by kind, and can write
 all of it as JSON (``--json``) and compare it with an earlier run's JSON (``--compare``).
@@ -32,7 +32,9 @@ from urllib.parse import urlsplit
 import orjson
 import trio
 
-from edgegw.benchreport import (
+from edgegw.bench.loadgen import Load, LoadSpec, Probe, probe
+from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.bench.report import (
     API_KEY_ENV,
     BenchError,
     _check_writable,
@@ -45,8 +47,6 @@ from edgegw.benchreport import (
     _read_run,
     _result,
 )
-from edgegw.loadgen import Load, LoadSpec, Probe, probe
-from edgegw.mock import MockConfig, MockUpstream
 
 MAX_DURATION_S = 600.0
 MAX_WARMUP_S = 60.0

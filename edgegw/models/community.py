@@ -343,7 +343,7 @@ def user_table_path() -> Path:
     return root / "edgegw" / "community_models.json"
 
 
-PACKAGED_TABLE = Path(__file__).parent / "data" / "community_models.json"
+PACKAGED_TABLE = Path(__file__).parent.parent / "data" / "community_models.json"
 
 
 def open_table(configured: str | None) -> CommunityTable:

@@ -1,5 +1,5 @@
 """`edgegw bench`'s results: the JSON document, the comparison with an earlier run, and the
-printed report (split from edgegw.benchcmd, which runs the load)."""
+printed report (split from edgegw.bench.command, which runs the load)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 import trio
 
-from edgegw.loadgen import Load, Probe, stats_json
+from edgegw.bench.loadgen import Load, Probe, stats_json
 
 if TYPE_CHECKING:
-    from edgegw.benchcmd import BenchOptions
+    from edgegw.bench.command import BenchOptions
 
 
 SCHEMA = "edgegw-bench/1"

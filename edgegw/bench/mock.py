@@ -49,7 +49,7 @@ h11 for later. A write to a closed socket also ends the response.
 last byte was sent. A client that half-closes its side after sending a request is treated as
 gone. ``requests`` holds the last ``MAX_RECORDED`` requests, recorded before they are answered.
 
-Run standalone: ``python -m edgegw.mock --port 9000 --token-rate 50 --tokens 16``.
+Run standalone: ``python -m edgegw.bench.mock --port 9000 --token-rate 50 --tokens 16``.
 """
 
 from __future__ import annotations
@@ -632,7 +632,7 @@ async def _serve_announced(host: str, port: int, config: MockConfig) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m edgegw.mock", description="A mock OpenAI-compatible upstream."
+        prog="python -m edgegw.bench.mock", description="A mock OpenAI-compatible upstream."
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)

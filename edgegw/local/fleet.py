@@ -23,7 +23,7 @@ import orjson
 import trio
 
 from edgegw.errors import GatewayError
-from edgegw.profiles import LocalModel, Worker
+from edgegw.local.profiles import LocalModel, Worker
 from edgegw.upstream import Origin, UpstreamPool
 
 log = logging.getLogger("edgegw.workers")
