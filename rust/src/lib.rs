@@ -5,6 +5,7 @@ pub mod error;
 pub mod http1;
 pub mod json;
 pub mod otlp;
+pub mod passthrough;
 pub mod request;
 pub mod sse;
 
@@ -18,6 +19,7 @@ mod binding {
     use crate::error::Rejection;
     use crate::http1;
     use crate::otlp;
+    use crate::passthrough;
     use crate::request::{self, Endpoint, Parsed};
     use crate::sse;
 
@@ -160,7 +162,7 @@ mod binding {
     #[pyclass(frozen, module = "edgegw._core")]
     struct PassthroughRequest {
         body: Py<PyBytes>,
-        inner: request::Passthrough,
+        inner: passthrough::Passthrough,
     }
 
     #[pymethods]
@@ -187,7 +189,7 @@ mod binding {
         let bytes = body
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
-        let inner = request::parse_passthrough(bytes.as_bytes()).map_err(to_py)?;
+        let inner = passthrough::parse_passthrough(bytes.as_bytes()).map_err(to_py)?;
         Ok(PassthroughRequest {
             body: bytes.clone().unbind(),
             inner,
