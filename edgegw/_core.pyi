@@ -1,5 +1,7 @@
 """Type stubs for edgegw's Rust core (rust/src/lib.rs)."""
 
+from collections.abc import Sequence
+
 MAX_JSON_DEPTH: int
 
 class RequestError(ValueError):
@@ -31,7 +33,13 @@ class ParsedRequest:
     def features(self) -> tuple[str, ...]: ...
     @property
     def body(self) -> bytes: ...
-    def upstream_body(self, model: str, omit: list[str] | tuple[str, ...] = ...) -> bytes: ...
+    def upstream_body(
+        self,
+        model: str,
+        omit: list[str] | tuple[str, ...] = ...,
+        *,
+        rename: Sequence[tuple[str, str]] = ...,
+    ) -> bytes: ...
 
 def parse_chat_request(body: bytes) -> ParsedRequest: ...
 def parse_completions_request(body: bytes) -> ParsedRequest: ...

@@ -946,6 +946,133 @@ def test_upstream_body_keeps_exact_numbers() -> None:
     assert value["logit_bias"] == {"5": 100.0}
 
 
+# upstream_body(..., rename=): provider quirks such as MiniMax's max_tokens -> max_completion_tokens.
+# Each row: the members after the base chat body (raw bytes, so value bytes can be checked), omit,
+# rename, the JSON the upstream must get (besides model and messages), and byte strings that must
+# appear in the output verbatim (the renamed member with its value bytes as sent).
+
+MINIMAX = (("max_tokens", "max_completion_tokens"),)
+
+
+def rename_case(
+    case_id: str,
+    extra: bytes,
+    rename: tuple[tuple[str, str], ...],
+    want: dict[str, Any],
+    verbatim: tuple[bytes, ...] = (),
+    omit: tuple[str, ...] = (),
+) -> Any:
+    return pytest.param(extra, omit, rename, want, verbatim, id=case_id)
+
+
+RENAME_CASES = [
+    rename_case(
+        "renamed",
+        b',"max_tokens":64',
+        MINIMAX,
+        {"max_completion_tokens": 64},
+        (b'"max_completion_tokens":64}',),
+    ),
+    rename_case(
+        "value-bytes-kept",
+        b',"max_tokens":  64 ,"user":"\\u00e9\\n","temperature":1.50',
+        (*MINIMAX, ("user", "end_user"), ("temperature", "temp")),
+        {"max_completion_tokens": 64, "end_user": "\u00e9\n", "temp": 1.5},
+        (b'"max_completion_tokens":64,', b'"end_user":"\\u00e9\\n",', b'"temp":1.50}'),
+    ),
+    rename_case(
+        "null-value-renamed",
+        b',"max_tokens":null',
+        MINIMAX,
+        {"max_completion_tokens": None},
+    ),
+    rename_case(
+        "to-present-not-renamed",
+        b',"max_tokens":5,"max_completion_tokens":7',
+        MINIMAX,
+        {"max_tokens": 5, "max_completion_tokens": 7},
+    ),
+    rename_case(
+        "to-present-as-null-not-renamed",
+        b',"max_completion_tokens":null,"max_tokens":5',
+        MINIMAX,
+        {"max_tokens": 5, "max_completion_tokens": None},
+    ),
+    rename_case("from-absent", b',"top_k":3', MINIMAX, {"top_k": 3}),
+    rename_case("no-rename", b',"max_tokens":5', (), {"max_tokens": 5}),
+    rename_case(
+        "omit-and-rename",
+        b',"max_tokens":5,"top_k":3,"user":"u"',
+        MINIMAX,
+        {"max_completion_tokens": 5, "user": "u"},
+        omit=("top_k",),
+    ),
+    # omit runs first (as the Python fix-up this replaces ran on the omitted body): an omitted
+    # `to` does not block the rename; an omitted `from` is gone and renames nothing.
+    rename_case(
+        "omitted-to-does-not-block",
+        b',"max_tokens":5,"max_completion_tokens":7',
+        MINIMAX,
+        {"max_completion_tokens": 5},
+        (b'"max_completion_tokens":5}',),
+        omit=("max_completion_tokens",),
+    ),
+    rename_case(
+        "omitted-from-not-renamed",
+        b',"max_tokens":5',
+        MINIMAX,
+        {},
+        omit=("max_tokens",),
+    ),
+    # Pairs apply in order to the names left by the pairs before: never a name twice.
+    rename_case(
+        "two-pairs-one-target",
+        b',"top_k":3,"seed":4',
+        (("top_k", "x"), ("seed", "x")),
+        {"x": 3, "seed": 4},
+    ),
+    rename_case("chained", b',"top_k":3', (("top_k", "x"), ("x", "y")), {"y": 3}),
+    rename_case("to-itself", b',"top_k":3', (("top_k", "top_k"),), {"top_k": 3}),
+    rename_case(
+        "to-needs-escaping",
+        b',"top_k":3',
+        (("top_k", 'a"b\\'),),
+        {'a"b\\': 3},
+        (b'"a\\"b\\\\":3}',),
+    ),
+    # model is present in every request, so nothing is ever renamed onto it.
+    rename_case("onto-model", b',"top_k":3', (("top_k", "model"),), {"top_k": 3}),
+]
+
+
+@pytest.mark.parametrize(("extra", "omit", "rename", "want", "verbatim"), RENAME_CASES)
+def test_upstream_body_rename(
+    extra: bytes,
+    omit: tuple[str, ...],
+    rename: tuple[tuple[str, str], ...],
+    want: dict[str, Any],
+    verbatim: tuple[bytes, ...],
+) -> None:
+    req = parse_chat_request(chat_raw(extra=extra))
+    out = req.upstream_body("up-model", omit, rename=rename)
+    assert json.loads(out) == {"model": "up-model", "messages": [USER], **want}
+    assert list(json.loads(out)) == list(dict.fromkeys(json.loads(out)))  # no name twice
+    assert out.startswith(b'{"model":"up-model",')  # model replaced, in its place
+    for piece in verbatim:
+        assert piece in out
+    assert_compact(out)
+
+
+def test_upstream_body_rename_takes_any_sequence_of_pairs() -> None:
+    req = parse_chat_request(chat_raw(extra=b',"max_tokens":5'))
+    want = {"model": "x", "messages": [USER], "max_completion_tokens": 5}
+    for rename in (list(MINIMAX), MINIMAX):
+        assert json.loads(req.upstream_body("x", rename=rename)) == want
+    assert json.loads(req.upstream_body("x", ("user",), rename=MINIMAX)) == want
+    with pytest.raises(TypeError):
+        req.upstream_body("x", (), MINIMAX)  # rename is keyword-only
+
+
 # ---------------------------------------------------------------------------------------------
 # the error type itself
 

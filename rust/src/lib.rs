@@ -106,18 +106,24 @@ mod binding {
             self.body.bind(py).clone()
         }
 
-        /// Compact JSON for the upstream: `model` replaced, `omit` fields left out.
-        #[pyo3(signature = (model, omit = Vec::new()))]
+        /// Compact JSON for the upstream: `model` replaced, `omit` fields left out, each
+        /// `rename` (from, to) applied when the body has `from` and no `to`.
+        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new()))]
         fn upstream_body<'py>(
             &self,
             py: Python<'py>,
             model: &str,
             omit: Vec<String>,
+            rename: Vec<(String, String)>,
         ) -> Bound<'py, PyBytes> {
             let omit: Vec<&str> = omit.iter().map(String::as_str).collect();
-            let out = self
-                .inner
-                .upstream_body(self.body.bind(py).as_bytes(), model, &omit);
+            let rename: Vec<(&str, &str)> = rename
+                .iter()
+                .map(|(from, to)| (from.as_str(), to.as_str()))
+                .collect();
+            let out =
+                self.inner
+                    .upstream_body(self.body.bind(py).as_bytes(), model, &omit, &rename);
             PyBytes::new(py, &out)
         }
 

@@ -244,20 +244,47 @@ pub struct Parsed {
 
 impl Parsed {
     /// The request as compact JSON for an upstream: original member bytes, `model`
-    /// replaced by `model`, members named in `omit` left out.
-    pub fn upstream_body(&self, body: &[u8], model: &str, omit: &[&str]) -> Vec<u8> {
+    /// replaced by `model`, members named in `omit` left out, and members renamed by
+    /// `rename` (a provider quirk, such as `max_tokens` → `max_completion_tokens`).
+    ///
+    /// Each `(from, to)` pair renames the member `from` to `to`, keeping its value bytes
+    /// and its place, but only when the body being written has `from` and has no `to`
+    /// (a client that sent both keeps both). Pairs apply in order, each to the names the
+    /// pairs before it left, so the written object never holds a name twice. `omit` is
+    /// applied first: an omitted member is neither renamed nor in the way of a rename.
+    pub fn upstream_body(
+        &self,
+        body: &[u8],
+        model: &str,
+        omit: &[&str],
+        rename: &[(&str, &str)],
+    ) -> Vec<u8> {
+        // The name each forwarded member is written under (None: omitted).
+        let mut names: Vec<Option<&str>> = self
+            .spans
+            .iter()
+            .map(|&(name, _, _)| (!omit.contains(&name)).then_some(name))
+            .collect();
+        for &(from, to) in rename {
+            if names.contains(&Some(to)) {
+                continue;
+            }
+            if let Some(slot) = names.iter_mut().find(|n| **n == Some(from)) {
+                *slot = Some(to);
+            }
+        }
         let mut out = Vec::with_capacity(body.len() + 16);
         out.push(b'{');
         let mut first = true;
-        for &(name, start, end) in &self.spans {
-            if omit.contains(&name) {
+        for (&(name, start, end), written) in self.spans.iter().zip(names) {
+            let Some(written) = written else {
                 continue;
-            }
+            };
             if !first {
                 out.push(b',');
             }
             first = false;
-            json::write_string(&mut out, name);
+            json::write_string(&mut out, written);
             out.push(b':');
             if name == "model" {
                 json::write_string(&mut out, model);
@@ -1223,11 +1250,47 @@ mod tests {
     fn upstream_body_replaces_model_and_omits() {
         let body = br#"{"model":"openai/gpt-4o", "messages":[{"role":"user","content":"hi"}], "safety_identifier":"u1", "top_k": 3}"#;
         let p = parse_chat(body).unwrap();
-        let out = p.upstream_body(body, "gpt-4o", &["top_k"]);
+        let out = p.upstream_body(body, "gpt-4o", &["top_k"], &[]);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
             r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#
         );
+    }
+
+    #[test]
+    fn upstream_body_renames() {
+        const MINIMAX: &[(&str, &str)] = &[("max_tokens", "max_completion_tokens")];
+        let out = |body: &str, omit: &[&str], rename: &[(&str, &str)]| {
+            let p = parse_chat(body.as_bytes()).unwrap();
+            String::from_utf8(p.upstream_body(body.as_bytes(), "up", omit, rename)).unwrap()
+        };
+        // Renamed in place, the value bytes as sent (an escape is not decoded).
+        let body = format!("{BASE},\"max_tokens\": 64 ,\"user\":\"\\u0041\"}}");
+        assert_eq!(
+            out(
+                &body,
+                &[],
+                &[("max_tokens", "max_completion_tokens"), ("user", "u")]
+            ),
+            r#"{"model":"up","messages":[{"role":"user","content":"hi"}],"max_completion_tokens":64,"u":"\u0041"}"#
+        );
+        // Both present: nothing renamed. A null `to` still counts as present.
+        let both = format!("{BASE},\"max_tokens\":5,\"max_completion_tokens\":7}}");
+        assert!(out(&both, &[], MINIMAX).ends_with(r#""max_tokens":5,"max_completion_tokens":7}"#));
+        let null_to = format!("{BASE},\"max_tokens\":5,\"max_completion_tokens\":null}}");
+        assert!(out(&null_to, &[], MINIMAX).contains(r#""max_tokens":5"#));
+        // `from` absent: nothing to do.
+        let neither = format!("{BASE},\"top_k\":3}}");
+        assert!(out(&neither, &[], MINIMAX).ends_with(r#""top_k":3}"#));
+        // omit first: an omitted `to` does not block the rename, an omitted `from` is gone.
+        assert!(out(&both, &["max_completion_tokens"], MINIMAX)
+            .ends_with(r#""max_completion_tokens":5}"#));
+        assert!(!out(&both, &["max_tokens"], MINIMAX).contains(r#""max_tokens""#));
+        // Two pairs onto one name: the second finds it taken, so no name appears twice.
+        let two = format!("{BASE},\"top_k\":3,\"seed\":4}}");
+        assert!(out(&two, &[], &[("top_k", "x"), ("seed", "x")]).ends_with(r#""x":3,"seed":4}"#));
+        // A `to` that needs escaping is written as a JSON string.
+        assert!(out(&neither, &[], &[("top_k", "a\"b")]).ends_with(r#""a\"b":3}"#));
     }
 
     #[test]
