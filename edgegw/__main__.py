@@ -18,7 +18,9 @@ from edgegw.settings import ProviderConfig, Settings, SettingsError
 DEMO_KEY = "demo-upstream-key"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The CLI; `bench`'s options are added only when `command` is "bench", so that
+    `serve` never imports the benchmarking code."""
     parser = argparse.ArgumentParser(
         prog="edgegw", description="Edge inference gateway (OpenAI API)."
     )
@@ -42,9 +44,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("version", help="print edgegw's version and those of its bundled libraries")
     bench = sub.add_parser("bench", help="load-test a gateway against the built-in mock upstream")
-    from edgegw.bench import command as benchcmd
+    if command == "bench":
+        from edgegw.bench import command as benchcmd
 
-    benchcmd.add_arguments(bench)
+        benchcmd.add_arguments(bench)
     models = sub.add_parser("models", help="the community model table")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     sync = models_sub.add_parser(
@@ -92,7 +95,8 @@ def _models_sync(source: str | None, out: str | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser(argv[0] if argv else None).parse_args(argv)
     if args.command == "models":
         return _models_sync(args.source, args.out)
     if args.command == "version":

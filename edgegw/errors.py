@@ -1,14 +1,72 @@
-"""The gateway's error type and the one envelope every error response uses.
+"""The gateway's error type, the catalogue of its codes, and the one envelope every error
+response uses.
 
 `{"error": {"message", "type", "param", "code"}}`, as OpenAI and the SIE gateway write it.
-Codes are stable snake_case strings; nothing ever parses a message.
+Codes are stable strings (snake_case; SIE's `INVALID_INPUT` as SIE spells it); nothing
+ever parses a message. Every code edgegw raises itself is in `CATALOGUE` with its status
+and type, and is raised through `fail()` or one of the named constructors below, so a code
+cannot drift to another status in one of the places that raise it. An upstream's own
+error answer keeps the upstream's status and code (`GatewayError` directly, see
+`edgegw.exchange.upstream_error`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import orjson
 
 from edgegw._core import RequestError
+
+Headers = tuple[tuple[bytes, bytes], ...]
+
+# code -> (status, type). Types follow OpenAI's names for client errors; everything the
+# gateway or an upstream got wrong is `server_error`, as SIE writes it.
+CATALOGUE: dict[str, tuple[int, str]] = {
+    # -- the request itself
+    "invalid_request": (400, "invalid_request_error"),
+    "unsupported_field": (400, "invalid_request_error"),
+    "vision_disabled": (400, "invalid_request_error"),
+    "invalid_path": (400, "invalid_request_error"),
+    "INVALID_INPUT": (400, "invalid_request_error"),
+    "unknown_lora_adapter": (400, "invalid_request_error"),
+    "context_length_exceeded": (400, "invalid_request_error"),
+    "payload_too_large": (413, "invalid_request_error"),
+    "unsupported_media_type": (415, "invalid_request_error"),
+    # -- where it goes
+    "not_found": (404, "not_found_error"),
+    "method_not_allowed": (405, "invalid_request_error"),
+    "unknown_provider": (400, "invalid_request_error"),
+    "unsupported_provider": (400, "invalid_request_error"),
+    "provider_not_configured": (400, "invalid_request_error"),
+    "images_disabled": (404, "not_found_error"),
+    "metrics_push_disabled": (403, "permission_error"),
+    "model_not_found": (404, "model_not_found"),
+    # -- who may send it
+    "invalid_api_key": (401, "authentication_error"),
+    "model_not_allowed": (403, "permission_error"),
+    # -- the gateway's own state
+    "overloaded": (503, "server_error"),
+    "shutting_down": (503, "server_error"),
+    "internal_error": (500, "server_error"),
+    # -- remote providers
+    "upstream_timeout": (504, "server_error"),
+    "upstream_unreachable": (502, "server_error"),
+    "upstream_connection_lost": (502, "server_error"),
+    "upstream_response_too_large": (502, "server_error"),
+    "upstream_stream_truncated": (502, "server_error"),
+    "bad_upstream_response": (502, "server_error"),
+    "upstream_error": (502, "server_error"),
+    # -- local workers (SIE's codes)
+    "provisioning": (503, "server_error"),
+    "transport_failure": (503, "server_error"),
+    "first_chunk_timeout": (504, "server_error"),
+    "inter_chunk_timeout": (504, "server_error"),
+    "overall_timeout": (504, "server_error"),
+    "inference_error": (502, "server_error"),
+    # 502 for a chunk that is not JSON; SIE answers a missing final usage with 500.
+    "malformed_worker_response": (502, "server_error"),
+}
 
 
 class GatewayError(Exception):
@@ -22,7 +80,7 @@ class GatewayError(Exception):
         *,
         type: str | None = None,
         param: str | None = None,
-        headers: tuple[tuple[bytes, bytes], ...] = (),
+        headers: Headers = (),
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -31,6 +89,27 @@ class GatewayError(Exception):
         self.type = type or default_type(status)
         self.param = param
         self.headers = headers
+
+
+def fail(
+    code: str,
+    message: str,
+    *,
+    param: str | None = None,
+    headers: Headers = (),
+    status: int | None = None,
+) -> GatewayError:
+    """The error for a catalogued `code` (raise what this returns). `status` overrides the
+    catalogue's only where a spec gives one code two statuses."""
+    default_status, type_ = CATALOGUE[code]
+    return GatewayError(
+        default_status if status is None else status,
+        code,
+        message,
+        type=type_,
+        param=param,
+        headers=headers,
+    )
 
 
 def default_type(status: int) -> str:
@@ -47,17 +126,68 @@ def default_type(status: int) -> str:
     return "server_error"
 
 
+# -- the errors raised in more than one place -------------------------------------------
+
+
+def upstream_timeout(message: str = "the upstream did not answer in time") -> GatewayError:
+    return fail("upstream_timeout", message)
+
+
+def shutting_down(message: str = "The gateway is shutting down.") -> GatewayError:
+    """Refused (or cut) because a shutdown began: the client retries on a new connection."""
+    return fail(
+        "shutting_down", message, headers=((b"connection", b"close"), (b"retry-after", b"1"))
+    )
+
+
+def payload_too_large(limit: int) -> GatewayError:
+    return fail("payload_too_large", f"request body exceeds {limit} bytes")
+
+
+def invalid_content_length() -> GatewayError:
+    return fail("invalid_request", "invalid Content-Length")
+
+
+def unsupported_field(name: str, message: str | None = None) -> GatewayError:
+    return fail(
+        "unsupported_field",
+        message or f"'{name}' is not supported by the selected provider",
+        param=name,
+    )
+
+
+def shown(value: str, limit: int = 64) -> str:
+    """A client-sent value cut to a length fit for an error message."""
+    return value if len(value) <= limit else value[:limit] + "…"
+
+
+# -- rendering ----------------------------------------------------------------------------
+
+
 def envelope(message: str, type: str, param: str | None, code: str | None) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def render_error(
-    exc: GatewayError | RequestError,
-) -> tuple[int, tuple[tuple[bytes, bytes], ...], bytes]:
+def render_error(exc: GatewayError | RequestError) -> tuple[int, Headers, bytes]:
     """(status, extra headers, body) for an error raised anywhere in the pipeline."""
     if isinstance(exc, GatewayError):
         return exc.status, exc.headers, envelope(exc.message, exc.type, exc.param, exc.code)
     return exc.status, (), envelope(str(exc), exc.type, exc.param, exc.code)
+
+
+def first_answerable(
+    excs: Sequence[BaseException],
+) -> GatewayError | RequestError | None:
+    """The error to answer for an exception group raised by a nursery: the first
+    GatewayError/RequestError in it, or None when it holds none."""
+    for e in excs:
+        if isinstance(e, (GatewayError, RequestError)):
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            found = first_answerable(e.exceptions)
+            if found is not None:
+                return found
+    return None
 
 
 INTERNAL_ERROR_BODY = envelope("internal error", "server_error", None, "internal_error")

@@ -7,8 +7,10 @@ from inference-gateway so that its deployments keep their environment variables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from edgegw.upstream import Origin
 
 AuthKind = Literal["bearer", "xheader", "none"]
 
@@ -85,6 +87,9 @@ class Provider:
     # The serving runtime that reports its configured context window: llama.cpp's
     # `/props`, Ollama's `/api/show`, both at the URL without its trailing /v1.
     runtime_window: Literal["llamacpp", "ollama"] | None = None
+    # Top-level request members renamed on the way upstream, (from, to), unless the
+    # request already has `to`: applied by the Rust core as it writes the body.
+    renamed_fields: tuple[tuple[str, str], ...] = ()
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -126,7 +131,13 @@ PROVIDERS: dict[str, Provider] = {
         Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
         Provider("deepseek", "https://api.deepseek.com", "bearer"),
         Provider("mistral", "https://api.mistral.ai/v1", "bearer", omit_fields=("stream_options",)),
-        Provider("minimax", "https://api.minimax.io/v1", "bearer"),
+        # MiniMax has deprecated `max_tokens` in favour of `max_completion_tokens`.
+        Provider(
+            "minimax",
+            "https://api.minimax.io/v1",
+            "bearer",
+            renamed_fields=(("max_tokens", "max_completion_tokens"),),
+        ),
         Provider("moonshot", "https://api.moonshot.ai/v1", "bearer"),
         Provider("nvidia", "https://integrate.api.nvidia.com/v1", "bearer"),
         Provider(
@@ -162,3 +173,38 @@ def model_allowed(allowed: frozenset[str], disallowed: frozenset[str], name: str
     if allowed:
         return full in allowed or bare in allowed
     return full not in disallowed and bare not in disallowed
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """A provider as configured: its record, URL and key (never printed)."""
+
+    provider: Provider
+    url: str
+    key: str | None = field(repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.provider.id
+
+
+class Target:
+    """A configured remote provider: where to send and with which credentials (built once
+    per provider at start, so a request copies no header)."""
+
+    __slots__ = ("config", "provider", "origin", "auth", "json_headers", "sse_headers", "omit")
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.config = config
+        self.provider = config.provider
+        self.origin = Origin.from_url(config.url)
+        self.auth = auth_headers(config.provider, config.key)
+        ctype = (b"content-type", b"application/json")
+        self.json_headers = (ctype, (b"accept", b"application/json"), *self.auth)
+        self.sse_headers = (ctype, (b"accept", b"text/event-stream"), *self.auth)
+        # Request members never forwarded to this provider.
+        self.omit = GATEWAY_ONLY_FIELDS + config.provider.omit_fields
+
+    def path(self, path: str) -> bytes:
+        """An endpoint path under the provider's base URL, as a request target."""
+        return (self.origin.base_path + path).encode()

@@ -11,8 +11,9 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from edgegw.app import App
+from edgegw.exchange import DisconnectWatch
+from edgegw.gateway import build_gateway
 from edgegw.settings import Settings
-from edgegw.streaming import DisconnectWatch
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
@@ -60,12 +61,13 @@ async def serve(
     watch = DisconnectWatch()
     if telemetry is None:
         telemetry = Telemetry(settings)
-    app = App(settings, pool, watch, telemetry)
+    gw = build_gateway(settings, pool, watch, telemetry)
+    app = App(gw)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
             if settings.local_models:
-                await nursery.start(app.fleet.run)
+                await nursery.start(gw.fleet.run)
             if settings.telemetry_enabled:
                 await nursery.start(telemetry.serve_metrics)
 
@@ -73,7 +75,7 @@ async def serve(
                 if shutdown_trigger is None:
                     await trio.sleep_forever()
                 await shutdown_trigger()
-                app.draining = True
+                gw.load.draining = True
                 nursery.start_soon(_end_streams_after, watch, settings.graceful_timeout_s)
 
             await hypercorn_serve(

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
-from edgegw.providers import PROVIDERS, Provider
+from edgegw.providers import PROVIDERS, ProviderConfig
 
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # inference-gateway's SERVER_MAX_REQUEST_BODY_SIZE
 DEFAULT_MAX_TOKENS = 1024  # SIE_GATEWAY_DEFAULT_MAX_TOKENS, the SIE spec's default
@@ -27,17 +27,6 @@ STRUCTURED_KEYS = frozenset({"local_models"})
 
 class SettingsError(ValueError):
     """A setting that cannot be used; the message names the variable."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderConfig:
-    provider: Provider
-    url: str
-    key: str | None = field(repr=False)
-
-    @property
-    def id(self) -> str:
-        return self.provider.id
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
+from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
+
+from .rawhttp import request
 
 UPSTREAM_KEY = "upstream-secret-key"
 # Modules whose tests open sockets: collect garbage after each, so that a leaked socket's
@@ -46,20 +50,57 @@ class Gateway:
     port: int
     pool: UpstreamPool
     settings: Settings
+    telemetry: Telemetry
+
+    @property
+    def metrics_port(self) -> int:
+        """Where the scrape server listens (TELEMETRY_METRICS_PORT=0 picks a free port)."""
+        assert self.telemetry.metrics_port is not None
+        return self.telemetry.metrics_port
 
 
 async def start_gateway(
     nursery: trio.Nursery, env: Mapping[str, str], config_file: Path | None = None
 ) -> Gateway:
-    settings = Settings.load(environ={"SERVER_PORT": "0", **env}, config_file=config_file)
+    settings = Settings.load(
+        environ={"SERVER_PORT": "0", "TELEMETRY_METRICS_PORT": "0", **env},
+        config_file=config_file,
+    )
     pool = UpstreamPool(
         connect_timeout_s=settings.connect_timeout_s, idle_per_host=settings.pool_idle_per_host
     )
+    telemetry = Telemetry(settings)
     binds = await nursery.start(
-        lambda task_status: serve(settings, pool=pool, task_status=task_status)
+        lambda task_status: serve(settings, pool=pool, telemetry=telemetry, task_status=task_status)
     )
     base = binds[0]
-    return Gateway(base=base, port=int(base.rsplit(":", 1)[1]), pool=pool, settings=settings)
+    return Gateway(
+        base=base,
+        port=int(base.rsplit(":", 1)[1]),
+        pool=pool,
+        settings=settings,
+        telemetry=telemetry,
+    )
+
+
+async def scrape(port: int) -> str:
+    """The Prometheus text of the scrape server on `port`."""
+    resp = await request(port, "GET", "/metrics")
+    assert resp.status == 200
+    assert resp.headers[b"content-type"].startswith(b"text/plain")
+    return resp.body.decode()
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of the one sample `name` whose labels include `labels` (None: absent)."""
+    found = [
+        s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name and labels.items() <= s.labels.items()
+    ]
+    assert len(found) <= 1, found
+    return found[0] if found else None
 
 
 def upstream_env(mock: MockUpstream, **extra: str) -> dict[str, str]:

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgegw.__main__ import main
-from edgegw.app import Target
 from edgegw.errors import GatewayError
 from edgegw.models.catalog import ModelCatalog
 from edgegw.models.community import EMPTY_TABLE, lookup_keys, per_token
@@ -31,7 +30,7 @@ from edgegw.models.lists import (
     ollama_window,
     read_page,
 )
-from edgegw.providers import PROVIDERS
+from edgegw.providers import PROVIDERS, Target
 from edgegw.settings import Settings
 from edgegw.upstream import UpstreamPool
 

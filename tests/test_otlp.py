@@ -39,7 +39,8 @@ from edgegw.telemetry.otlp import MAX_REPLAY_OBSERVATIONS, decode_json
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
-from .conftest import upstream_env
+from .conftest import sample, upstream_env
+from .conftest import scrape as scrape_port
 from .rawhttp import RawResponse, request
 
 PROTOBUF = "application/x-protobuf"
@@ -171,22 +172,7 @@ def error_code(resp: RawResponse) -> str:
 
 
 async def scrape(node: Node) -> str:
-    resp = await request(node.metrics_port, "GET", "/metrics")
-    assert resp.status == 200
-    assert resp.headers[b"content-type"].startswith(b"text/plain")
-    return resp.body.decode()
-
-
-def sample(text: str, name: str, **labels: str) -> float | None:
-    """The value of the one sample `name` whose labels include `labels` (None: absent)."""
-    found = [
-        s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-        if s.name == name and labels.items() <= s.labels.items()
-    ]
-    assert len(found) <= 1, found
-    return found[0] if found else None
+    return await scrape_port(node.metrics_port)
 
 
 def label_names(text: str, name: str) -> list[set[str]]:

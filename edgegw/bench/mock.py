@@ -50,6 +50,9 @@ last byte was sent. A client that half-closes its side after sending a request i
 gone. ``requests`` holds the last ``MAX_RECORDED`` requests, recorded before they are answered.
 
 Run standalone: ``python -m edgegw.bench.mock --port 9000 --token-rate 50 --tokens 16``.
+
+Longer than the guide because it is a whole peer (routes, scripted failures, streams and
+its server loop) that tests and benchmarks start as one thing.
 """
 
 from __future__ import annotations

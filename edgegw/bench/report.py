@@ -8,16 +8,13 @@ import math
 import os
 import platform
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import orjson
 import trio
 
 from edgegw.bench.loadgen import Load, Probe, stats_json
-
-if TYPE_CHECKING:
-    from edgegw.bench.command import BenchOptions
-
+from edgegw.bench.options import BenchOptions
 
 SCHEMA = "edgegw-bench/1"
 API_KEY_ENV = "EDGEGW_BENCH_API_KEY"  # a key for the target, never taken from the command line

@@ -33,13 +33,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
+from typing import Any
 
 import orjson
 import trio
 
-from edgegw.asgi import Receive, Send, respond_json
 from edgegw.errors import GatewayError
 from edgegw.models.community import CommunityTable, open_table
 from edgegw.models.lists import (
@@ -50,12 +48,9 @@ from edgegw.models.lists import (
     ollama_window,
     read_page,
 )
-from edgegw.providers import PROVIDERS, model_allowed
+from edgegw.providers import PROVIDERS, Target, model_allowed
 from edgegw.settings import Settings
 from edgegw.upstream import UpstreamPool
-
-if TYPE_CHECKING:
-    from edgegw.app import App, Target
 
 log = logging.getLogger("edgegw.models")
 
@@ -317,92 +312,3 @@ class ModelCatalog:
             out["subscription"] = True
         out["source"] = "community"
         return out
-
-
-# -- the handler ---------------------------------------------------------------------------
-
-
-async def list_models(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-    query = parse_qs(
-        scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True, errors="replace"
-    )
-    include = parse_include(query.get("include", ()))
-    provider = None
-    if "provider" in query:
-        provider = query["provider"][0].strip().lower()
-        _check_provider(provider, app.targets)
-    doc = await app.catalog.answer(provider, include)
-    if provider is None and app.fleet.models:
-        doc["data"] = [*_local_models(app, include), *doc["data"]]
-    await respond_json(send, 200, orjson.dumps(doc))
-
-
-def _local_models(app: App, include: Sequence[str]) -> list[dict[str, Any]]:
-    """Models served by local SGLang workers: bare names, `served_by: "local"`; the context
-    window the workers report (runtime) or the profile's."""
-    s = app.settings
-    out = []
-    for name, rt in app.fleet.models.items():
-        if not model_allowed(s.allowed_models, s.disallowed_models, f"local/{name}"):
-            continue
-        entry: dict[str, Any] = {
-            "id": name,
-            "object": "model",
-            "created": 0,
-            "owned_by": "edgegw",
-            "served_by": "local",
-        }
-        if "context_window" in include:
-            window = rt.context_window
-            reported = any(w.max_model_len for w in rt.workers)
-            entry["context_window"] = (
-                {"tokens": window, "source": "runtime" if reported else "provider"}
-                if window
-                else None
-            )
-        if "pricing" in include:
-            entry["pricing"] = None
-        if "modalities" in include:
-            inputs = ["text", "image"] if rt.profile.image_inputs else ["text"]
-            entry["modalities"] = {"input": inputs, "output": ["text"]}
-        out.append(entry)
-    return out
-
-
-def parse_include(values: Sequence[str]) -> tuple[str, ...]:
-    """The requested keys, in first-mention order; 400 for an unknown one."""
-    keys: list[str] = []
-    for value in values:
-        for part in value.split(","):
-            key = part.strip()
-            if not key or key in keys:
-                continue
-            if key not in INCLUDE_KEYS:
-                shown = key if len(key) <= 64 else key[:64] + "…"
-                raise GatewayError(
-                    400,
-                    "invalid_request",
-                    f'unknown include value "{shown}"; supported: {", ".join(INCLUDE_KEYS)}',
-                    param="include",
-                )
-            keys.append(key)
-    return tuple(keys)
-
-
-def _check_provider(pid: str, targets: Mapping[str, Any]) -> None:
-    if pid not in PROVIDERS:
-        shown = pid if len(pid) <= 64 else pid[:64] + "…"
-        raise GatewayError(
-            400,
-            "unknown_provider",
-            f"Unknown provider '{shown}'; known providers: {', '.join(PROVIDERS)}.",
-            param="provider",
-        )
-    if pid not in targets:
-        need = f"{pid.upper()}_API_URL" if PROVIDERS[pid].keyless else f"{pid.upper()}_API_KEY"
-        raise GatewayError(
-            400,
-            "provider_not_configured",
-            f"Provider '{pid}' is not configured on this gateway (set {need}).",
-            param="provider",
-        )

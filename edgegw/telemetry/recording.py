@@ -16,7 +16,7 @@ import gzip
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import h11
 import trio
@@ -26,11 +26,8 @@ from prometheus_client.exposition import choose_encoder
 from edgegw._core import (
     OTLP_MAX_DECODED_BYTES,
     decode_otlp_metrics,
-    encode_otlp_metrics_response,
     gunzip_capped,
 )
-from edgegw.asgi import Receive, Send, read_body, respond_json
-from edgegw.errors import GatewayError
 from edgegw.settings import Settings
 from edgegw.telemetry.instruments import (
     MAX_SERIES,
@@ -40,10 +37,7 @@ from edgegw.telemetry.instruments import (
     labels,
     open_instruments,
 )
-from edgegw.telemetry.otlp import Resource, decode_json, record_push
-
-if TYPE_CHECKING:
-    from edgegw.app import App
+from edgegw.telemetry.otlp import Resource, decode_json
 
 log = logging.getLogger("edgegw.telemetry")
 
@@ -278,56 +272,3 @@ async def _send_quietly(stream: trio.SocketStream, conn: h11.Connection, reply: 
         )
     except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
         pass
-
-
-# --- POST /v1/metrics ---------------------------------------------------------------
-
-
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
-def _too_large(limit: int) -> GatewayError:
-    if limit == OTLP_MAX_DECODED_BYTES:
-        return GatewayError(413, "payload_too_large", "Payload exceeds 4 MiB limit")
-    return GatewayError(413, "payload_too_large", f"Payload exceeds {limit} bytes limit")
-
-
-async def metrics_push(app: App, scope: dict[str, Any], receive: Receive, send: Send) -> None:
-    """Receive an OTLP/HTTP metrics export (protobuf or JSON, optionally gzipped), record
-    what the rules accept, answer ExportMetricsServiceResponse in the request's encoding."""
-    telemetry = app.telemetry
-    if not telemetry.push_enabled:
-        raise GatewayError(403, "metrics_push_disabled", "Metrics push is not enabled")
-    media_type = (_header(scope, b"content-type") or "").partition(";")[0].strip().lower()
-    if media_type not in (PROTOBUF, JSON):
-        raise GatewayError(
-            415,
-            "unsupported_media_type",
-            f"Content-Type must be {PROTOBUF} or {JSON}",
-        )
-    encoding = (_header(scope, b"content-encoding") or "identity").strip().lower()
-    if encoding not in ("identity", "gzip", "x-gzip"):
-        raise GatewayError(415, "unsupported_media_type", "Content-Encoding must be gzip or absent")
-    limit = min(app.settings.max_body_bytes, OTLP_MAX_DECODED_BYTES)
-    try:
-        body = await read_body(scope, receive, limit)
-    except GatewayError as e:
-        if e.status == 413:
-            raise _too_large(limit) from None
-        raise
-    as_json = media_type == JSON
-    resources = await telemetry.decode_push(body, gzip=encoding != "identity", as_json=as_json)
-    result = record_push(resources, telemetry.instruments)
-    if result.rejected:
-        log.debug("OTLP push: %d points rejected (%s)", result.rejected, result.error_message)
-    if as_json:
-        await respond_json(send, 200, result.json_response())
-        return
-    payload = encode_otlp_metrics_response(result.rejected, result.error_message)
-    headers = [(b"content-type", PROTOBUF.encode()), (b"content-length", b"%d" % len(payload))]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": payload})

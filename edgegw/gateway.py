@@ -1,0 +1,72 @@
+"""The gateway's request-independent context: built once by the server, handed to every
+route. Nothing in it belongs to one request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from edgegw.exchange import DisconnectWatch
+from edgegw.local.contract import SdkVersionLog
+from edgegw.local.fleet import Fleet
+from edgegw.models.catalog import ModelCatalog
+from edgegw.providers import Target
+from edgegw.relay import Exchanges
+from edgegw.resolve import Resolver
+from edgegw.settings import Settings
+from edgegw.telemetry.recording import Telemetry
+from edgegw.upstream import UpstreamPool
+
+
+class Load:
+    """The process's mutable serving state: requests in flight (bounded by
+    settings.max_in_flight) and whether a shutdown has begun (new requests then get 503
+    with Connection: close)."""
+
+    __slots__ = ("in_flight", "draining")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.draining = False
+
+
+@dataclass(frozen=True, slots=True)
+class Gateway:
+    settings: Settings
+    exchanges: Exchanges
+    resolver: Resolver
+    fleet: Fleet
+    catalog: ModelCatalog
+    telemetry: Telemetry
+    sdk_versions: SdkVersionLog
+    load: Load
+
+    @property
+    def pool(self) -> UpstreamPool:
+        return self.exchanges.pool
+
+    @property
+    def watch(self) -> DisconnectWatch:
+        return self.exchanges.watch
+
+
+def build_gateway(
+    settings: Settings, pool: UpstreamPool, watch: DisconnectWatch, telemetry: Telemetry
+) -> Gateway:
+    targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
+    fleet = Fleet(settings.local_models, pool)
+    return Gateway(
+        settings=settings,
+        exchanges=Exchanges(
+            pool=pool,
+            watch=watch,
+            first_byte_timeout_s=settings.first_byte_timeout_s,
+            idle_timeout_s=settings.idle_timeout_s,
+            max_response_bytes=settings.max_response_bytes,
+        ),
+        resolver=Resolver(settings, targets, fleet.models),
+        fleet=fleet,
+        catalog=ModelCatalog(settings, pool, targets),
+        telemetry=telemetry,
+        sdk_versions=SdkVersionLog(),
+        load=Load(),
+    )

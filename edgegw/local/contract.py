@@ -1,0 +1,237 @@
+"""The SIE request contract for a local model, before any worker is asked: the `X-SIE-*`
+headers and the profile's rules. Pure checks over the parsed request; nothing here does I/O.
+
+In order:
+  1. `X-SIE-Remote` (only one field, exactly `forbid`), `X-SIE-Pool`,
+     `X-SIE-MACHINE-PROFILE`, `X-SIE-SDK-Version`;
+  2. fields SGLang cannot honour (`reasoning_effort`, `reasoning_format`);
+  3. the profile's rules: LoRA adapter names, the output cap (default
+     SIE_GATEWAY_DEFAULT_MAX_TOKENS, at most the profile's max_output_tokens), min_tokens,
+     image inputs (base64 `data:` URIs only, and only for `inputs.image` profiles),
+     logit_bias token ids below the vocabulary size, the context window (with a tokenizer).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from edgegw._core import ParsedRequest
+from edgegw.asgi import Call
+from edgegw.errors import fail
+from edgegw.local.fleet import LocalRuntime
+
+log = logging.getLogger("edgegw.local")
+
+# Fields of the SIE contract that SGLang does not take: refused for local targets.
+LOCAL_UNSUPPORTED = ("reasoning_effort", "reasoning_format")
+MAX_IMAGES = 16
+SDK_MIN_VERSION = (0, 1)
+SDK_LOG_LIMIT = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LocalRequest:
+    """A request for a local model that passed the contract."""
+
+    doc: dict[str, Any]
+    # Output cap sent to the worker.
+    cap: int
+    # `X-SIE-Remote: forbid`: no remote fallback for this request.
+    forbid_remote: bool
+    pool: str | None
+    machine_profile: str | None
+    # Affinity key (`routing_key`, else `prompt_cache_key`).
+    key: str | None
+
+
+def check_request(
+    call: Call,
+    req: ParsedRequest,
+    rt: LocalRuntime,
+    *,
+    default_max_tokens: int,
+    sdk_versions: SdkVersionLog,
+) -> LocalRequest:
+    chat = req.endpoint == "chat"
+    forbid = remote_forbidden(call)
+    pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
+    machine = _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE")
+    sdk_versions.note(_one_header(call, b"x-sie-sdk-version", "X-SIE-SDK-Version"))
+    for name in LOCAL_UNSUPPORTED:
+        if name in req.fields:
+            raise fail(
+                "unsupported_field", f"'{name}' is not supported by this endpoint", param=name
+            )
+    doc = orjson.loads(req.body)
+    if (lora := doc.get("lora_adapter")) is not None and lora not in rt.profile.lora_adapters:
+        raise fail(
+            "unknown_lora_adapter", "unknown LoRA adapter for this model", param="lora_adapter"
+        )
+    cap = _output_cap(default_max_tokens, req, rt, doc, chat)
+    if chat:
+        _check_images(doc, rt)
+    _check_logit_bias(doc, rt)
+    _check_context(doc, rt, cap, chat)
+    key = doc.get("routing_key") or doc.get("prompt_cache_key")
+    return LocalRequest(
+        doc=doc,
+        cap=cap,
+        forbid_remote=forbid,
+        pool=pool,
+        machine_profile=machine,
+        key=key if isinstance(key, str) else None,
+    )
+
+
+def remote_forbidden(call: Call) -> bool:
+    """`X-SIE-Remote`: absent, or exactly one field whose value is exactly `forbid`."""
+    values = call.header_values(b"x-sie-remote")
+    if not values:
+        return False
+    if len(values) != 1 or values[0] != b"forbid":
+        # The offending value is never echoed.
+        raise fail(
+            "INVALID_INPUT",
+            "X-SIE-Remote accepts only one value: 'forbid'",
+            param="X-SIE-Remote",
+        )
+    return True
+
+
+def _one_header(call: Call, name: bytes, label: str) -> str | None:
+    values = call.header_values(name)
+    if not values:
+        return None
+    if len(values) > 1:
+        raise fail("invalid_request", f"{label} may be sent once", param=label)
+    try:
+        text = values[0].decode("ascii").strip()
+    except UnicodeDecodeError:
+        raise fail("invalid_request", f"invalid {label}", param=label) from None
+    return text or None
+
+
+class SdkVersionLog:
+    """Logs each too-old X-SIE-SDK-Version once; remembers at most SDK_LOG_LIMIT versions."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def note(self, version: str | None) -> None:
+        if version is None or version in self.seen or len(self.seen) >= SDK_LOG_LIMIT:
+            return
+        parts = version.split(".")[:2]
+        try:
+            numbers = tuple(int(p) for p in parts)
+        except ValueError:
+            return
+        if numbers < SDK_MIN_VERSION:
+            self.seen.add(version)
+            log.warning("client SDK version %s is older than the supported range", version[:32])
+
+
+def _check_images(doc: dict[str, Any], rt: LocalRuntime) -> list[str]:
+    images = []
+    for i, message in enumerate(doc.get("messages") or ()):
+        content = message.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if part.get("type") not in ("image_url", "input_image"):
+                continue
+            if not rt.profile.image_inputs:
+                raise fail(
+                    "unsupported_field",
+                    f"model '{rt.profile.name}' does not take image inputs",
+                    param="messages",
+                )
+            ref = part.get("image_url")
+            url = ref.get("url") if isinstance(ref, dict) else ref
+            if (
+                not isinstance(url, str)
+                or not url.startswith("data:image/")
+                or ";base64," not in url[:64]
+            ):
+                raise fail(
+                    "invalid_request",
+                    "only base64 data:image/... URIs are accepted; remote image URLs are not fetched",
+                    param=f"messages[{i}].content[{j}].image_url",
+                )
+            images.append(url)
+    if len(images) > MAX_IMAGES:
+        raise fail("invalid_request", f"at most {MAX_IMAGES} images per request", param="messages")
+    return images
+
+
+def _output_cap(
+    default_max_tokens: int, req: ParsedRequest, rt: LocalRuntime, doc: dict[str, Any], chat: bool
+) -> int:
+    cap = rt.profile.max_output_tokens
+    if req.max_tokens is not None:
+        if cap is not None and req.max_tokens > cap:
+            raise fail(
+                "invalid_request",
+                f"the output cap is above this model's max_output_tokens ({cap})",
+                param="max_completion_tokens" if chat else "max_tokens",
+            )
+        effective = req.max_tokens
+    else:
+        effective = default_max_tokens if chat else 16
+        if cap is not None:
+            effective = min(effective, cap)
+    min_tokens = doc.get("min_tokens")
+    if isinstance(min_tokens, int) and min_tokens > effective:
+        raise fail("invalid_request", "'min_tokens' is above the output cap", param="min_tokens")
+    return effective
+
+
+def _check_logit_bias(doc: dict[str, Any], rt: LocalRuntime) -> None:
+    vocab = rt.vocab_size or _tokenizer_vocab(rt)
+    bias = doc.get("logit_bias")
+    if not vocab or not isinstance(bias, dict):
+        return
+    for key in bias:
+        if int(key) >= vocab:
+            raise fail(
+                "invalid_request",
+                f"'logit_bias' token ids must be below the vocabulary size ({vocab})",
+                param="logit_bias",
+            )
+
+
+def _tokenizer_vocab(rt: LocalRuntime) -> int | None:
+    tok = rt.tokenizer
+    return tok.get_vocab_size() if tok is not None else None
+
+
+def _check_context(doc: dict[str, Any], rt: LocalRuntime, cap: int, chat: bool) -> None:
+    window = rt.context_window
+    tok = rt.tokenizer
+    if not window or tok is None:
+        return
+    if chat:
+        texts = []
+        for message in doc.get("messages") or ():
+            content = message.get("content")
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                texts += [p.get("text", "") for p in content if isinstance(p.get("text"), str)]
+        # Content tokens plus a few per message for the chat template's role markers: a
+        # lower bound of what the worker will see, so nothing that fits is refused.
+        prompt_tokens = sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
+        prompt_tokens += 3 * len(doc.get("messages") or ())
+    else:
+        prompt = doc.get("prompt")
+        text = prompt if isinstance(prompt, str) else prompt[0]
+        prompt_tokens = len(tok.encode(text, add_special_tokens=False).ids)
+    if prompt_tokens + cap > window:
+        raise fail(
+            "context_length_exceeded",
+            f"the prompt ({prompt_tokens} tokens) and the output cap ({cap}) exceed the context window ({window})",
+            param="messages" if chat else "prompt",
+        )

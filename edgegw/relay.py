@@ -1,0 +1,288 @@
+"""Running an exchange with a remote provider: a whole answer (`forward`), an SSE stream
+(`relay_sse`) or raw bytes (`relay_raw`, for /proxy), each inside `Exchanges.open()`.
+
+Remote streams are relayed as the upstream's bytes, unchanged, and only *tapped* through
+the Rust `SseSplitter` (usage, tool calls, `[DONE]`). An upstream error answer becomes the
+envelope with the upstream's status (`upstream_error`), or is relayed as sent on the
+native-API routes (`raw_errors`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import orjson
+import trio
+
+from edgegw._core import RequestError as UpstreamProtocolError, SseSplitter
+from edgegw.asgi import Call
+from edgegw.errors import GatewayError, Headers
+from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
+from edgegw.upstream import Origin, Response, UpstreamPool
+
+log = logging.getLogger("edgegw.streaming")
+
+# Upstream error messages are relayed, but never at any length.
+MAX_UPSTREAM_MESSAGE = 2000
+# Largest upstream error body read before answering (the rest is not needed).
+MAX_ERROR_BODY = 1 << 20
+
+
+@dataclass(slots=True)
+class UpstreamRequest:
+    """One request to send upstream, as a route describes it."""
+
+    origin: Origin
+    target: bytes
+    headers: Headers | list[tuple[bytes, bytes]]
+    body: bytes
+    method: bytes = b"POST"
+
+
+@dataclass(frozen=True, slots=True)
+class Exchanges:
+    """What every exchange needs from the process: the pool, the watch and the limits."""
+
+    pool: UpstreamPool
+    watch: DisconnectWatch
+    first_byte_timeout_s: float
+    idle_timeout_s: float
+    max_response_bytes: int
+
+    @contextmanager
+    def open(self, call: Call, timeout_s: float) -> Iterator[Exchange]:
+        """The scope of one exchange; the deadline starts `timeout_s` from now."""
+        ex = Exchange(call.receive, trio.current_time() + timeout_s)
+        self.watch.register(ex)
+        try:
+            with ex.scope:
+                yield ex
+        finally:
+            self.watch.release(ex)
+
+    async def forward(
+        self,
+        call: Call,
+        up: UpstreamRequest,
+        *,
+        raw_errors: bool = False,
+        response_headers: Headers = (),
+    ) -> Outcome:
+        """Non-streaming: the upstream's 2xx body as it was sent, or its error in the
+        envelope (as the upstream sent it, with `raw_errors`)."""
+        outcome = Outcome()
+        with self.open(call, self.first_byte_timeout_s) as ex:
+            resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+            try:
+                ex.allow(self.idle_timeout_s)
+                payload = await resp.read(self.max_response_bytes)
+            finally:
+                await resp.aclose()
+        if not ex.raise_unless_answerable():
+            outcome.client_gone = True
+            return outcome
+        if not 200 <= resp.status < 300 and not raw_errors:
+            raise upstream_error(resp.status, resp.headers, payload)
+        outcome.status = resp.status
+        if b'"usage"' in payload or b'"tool_calls"' in payload:
+            tap(payload, outcome, "message")
+        headers = [
+            (b"content-type", resp.header(b"content-type") or b"application/json"),
+            (b"content-length", b"%d" % len(payload)),
+        ]
+        if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
+            headers.append((b"retry-after", retry))
+        headers += response_headers
+        await call.respond(resp.status, headers, payload)
+        return outcome
+
+    async def relay_sse(
+        self,
+        call: Call,
+        up: UpstreamRequest,
+        *,
+        raw_errors: bool = False,
+        response_headers: Headers = (),
+    ) -> Outcome:
+        """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage.
+        An upstream error before the stream is answered in the envelope (as the upstream
+        sent it, with `raw_errors`)."""
+        outcome = Outcome()
+        writer = SseWriter(call.send, outcome, response_headers)
+        with self.open(call, self.first_byte_timeout_s) as ex:
+            resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+            try:
+                if not 200 <= resp.status < 300:
+                    ex.allow(self.idle_timeout_s)
+                    try:
+                        payload = await resp.read(MAX_ERROR_BODY)
+                    except GatewayError:
+                        payload = b""
+                    if not raw_errors:
+                        raise upstream_error(resp.status, resp.headers, payload)
+                    outcome.status = resp.status
+                    await _send_raw(call, resp.status, resp.headers, payload)
+                    return outcome
+                # From here on only silence is bounded (per chunk, in _pump).
+                ex.scope.deadline = float("inf")
+                await writer.start()
+                try:
+                    await self._pump(resp, writer, outcome)
+                except Exception:
+                    # The head is out: the only honest end left is an error event.
+                    log.exception("stream relay failed")
+                    await writer.fail("internal_error", "internal error")
+            finally:
+                await resp.aclose()
+        await writer.settle(ex)
+        return outcome
+
+    async def _pump(self, resp: Response, writer: SseWriter, outcome: Outcome) -> None:
+        splitter = SseSplitter()
+        idle = self.idle_timeout_s
+        while True:
+            try:
+                with trio.fail_after(idle):
+                    chunk = await resp.receive_chunk()
+            except trio.TooSlowError:
+                await writer.fail("upstream_timeout", "the upstream stream stalled")
+                return
+            except GatewayError as e:
+                await writer.fail(e.code, e.message)
+                return
+            if not chunk:
+                break
+            try:
+                for event in splitter.feed(chunk):
+                    outcome.events += 1
+                    if event.is_done:
+                        outcome.done = True
+                    elif _has_usage(event.data) or b'"tool_calls"' in event.data:
+                        tap(event.data, outcome, "delta")
+            except UpstreamProtocolError as e:
+                await writer.fail(e.code, str(e))
+                return
+            await writer.write(chunk)
+        if splitter.finish() and not outcome.done:
+            await writer.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
+            return
+        await writer.close()
+
+    async def relay_raw(self, call: Call, resp: Response) -> None:
+        """Status, headers and body as the upstream sends them, piece by piece (/proxy). A
+        failure after the head ends the response without its terminator, so the client
+        sees the truncation."""
+        complete = False
+        with self.open(call, float("inf")) as ex:
+            try:
+                headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP_RESPONSE_HEADERS]
+                await call.send(
+                    {"type": "http.response.start", "status": resp.status, "headers": headers}
+                )
+                while True:
+                    with trio.fail_after(self.idle_timeout_s):
+                        chunk = await resp.receive_chunk()
+                    if not chunk:
+                        break
+                    await call.send(
+                        {"type": "http.response.body", "body": chunk, "more_body": True}
+                    )
+                complete = True
+            except (GatewayError, trio.TooSlowError) as e:
+                log.warning(
+                    "proxied response cut short: %s", getattr(e, "code", "upstream_timeout")
+                )
+            finally:
+                await resp.aclose()
+        if complete and not ex.client_gone:
+            await call.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+HOP_BY_HOP_RESPONSE_HEADERS = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"transfer-encoding",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"proxy-authenticate",
+    }
+)
+
+
+async def _send_raw(
+    call: Call, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
+) -> None:
+    keep = [(k, v) for k, v in headers if k in (b"content-type", b"retry-after")]
+    keep.append((b"content-length", b"%d" % len(payload)))
+    await call.respond(status, keep, payload)
+
+
+def _has_usage(data: bytes) -> bool:
+    # Many providers send `"usage":null` on every chunk; only a real object is worth parsing.
+    return b'"usage":' in data and b'"usage":null' not in data
+
+
+def tap(data: bytes, outcome: Outcome, part: str) -> None:
+    """Usage and tool-call names from a stream chunk (`part` "delta") or a whole
+    non-streaming answer (`part` "message")."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    usage = doc.get("usage")
+    if isinstance(usage, dict):
+        outcome.usage = usage
+    for choice in doc.get("choices") or ():
+        _collect_tool_calls(choice.get(part) if isinstance(choice, dict) else None, outcome)
+
+
+def _collect_tool_calls(message: object, outcome: Outcome) -> None:
+    if not isinstance(message, dict):
+        return
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and name:  # streamed calls name the function once
+            outcome.tool_calls.append(name)
+
+
+def upstream_error(status: int, headers: list[tuple[bytes, bytes]], payload: bytes) -> GatewayError:
+    """An upstream's error answer in the envelope, keeping its status (and Retry-After)."""
+    message, type_, param, code = f"the upstream answered with status {status}", None, None, None
+    try:
+        doc = orjson.loads(payload) if payload else None
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, str):
+            message = err
+        elif isinstance(err, dict):
+            if isinstance(err.get("message"), str):
+                message = err["message"]
+            if isinstance(err.get("type"), str):
+                type_ = err["type"]
+            if isinstance(err.get("param"), str):
+                param = err["param"]
+            if isinstance(err.get("code"), str):
+                code = err["code"]
+    extra: Headers = ()
+    if status in (429, 503):
+        extra = tuple((b"retry-after", v) for k, v in headers if k.lower() == b"retry-after")[:1]
+    if not 400 <= status <= 599:
+        status = 502
+    return GatewayError(
+        status,
+        code or "upstream_error",
+        message[:MAX_UPSTREAM_MESSAGE],
+        type=type_,
+        param=param,
+        headers=extra,
+    )

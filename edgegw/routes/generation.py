@@ -1,0 +1,154 @@
+"""POST /v1/chat/completions and /v1/completions: the generation route.
+
+  1. read the body under `SERVER_MAX_REQUEST_BODY_SIZE` (413) and parse and validate it in
+     the Rust core (400 `invalid_request` / `unsupported_field`);
+  2. resolve the target (edgegw.resolve): `?provider=`, a local model, `provider/model`;
+  3. local: the SIE contract (edgegw.local.contract), then a worker (edgegw.local.serve);
+     with no worker able to serve, the profile's `remote_fallback` unless
+     `X-SIE-Remote: forbid`, said in `X-SIE-Served-By` / `X-SIE-Fallback-Reason`, else 503;
+  4. remote: vision gate, fields the provider cannot honour (400 `unsupported_field`), the
+     body written by the Rust core (model replaced, the provider's omitted and renamed
+     fields), forwarded or relayed with the provider's credentials (never the client's).
+The route records telemetry once, in one `finally`, with the status of what happened.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from edgegw._core import ParsedRequest, parse_chat_request, parse_completions_request
+from edgegw.asgi import Call
+from edgegw.errors import GatewayError, Headers, fail, unsupported_field
+from edgegw.exchange import Outcome
+from edgegw.gateway import Gateway
+from edgegw.local import serve as local
+from edgegw.local.contract import check_request
+from edgegw.providers import OPENAI_CHAT_FIELDS, OPENAI_COMPLETIONS_FIELDS
+from edgegw.relay import UpstreamRequest
+from edgegw.resolve import Local, Remote
+
+log = logging.getLogger("edgegw.app")
+
+# Telemetry's status for a request that ended without an answer of its own: the client
+# went away (nginx's 499), or an unexpected error (answered 500 by the boundary).
+CLIENT_CLOSED = 499
+
+
+async def chat_completions(gw: Gateway, call: Call) -> None:
+    await _generation(gw, call, parse_chat_request)
+
+
+async def completions(gw: Gateway, call: Call) -> None:
+    await _generation(gw, call, parse_completions_request)
+
+
+async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
+    body = await call.read_body(gw.settings.max_body_bytes)
+    req = parse(body)
+    started = trio.current_time()
+    provider = "unknown"
+    outcome: Outcome | None = None
+    status = 500
+    try:
+        target = gw.resolver.generation(req.model, call.provider_param())
+        if isinstance(target, Local):
+            provider = "local"
+            rt = target.runtime
+            lreq = check_request(
+                call,
+                req,
+                rt,
+                default_max_tokens=gw.settings.default_max_tokens,
+                sdk_versions=gw.sdk_versions,
+            )
+            served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
+            if isinstance(served, local.NoLocalWorker):
+                fallback = rt.profile.remote_fallback
+                if fallback is None or lreq.forbid_remote:
+                    raise local.no_local_worker(rt, served.reason)
+                # A fallback names its provider in the profile; ?provider= only routes
+                # client models.
+                target = gw.resolver.remote(fallback, None)
+                provider = target.target.provider.id
+                outcome = await _remote(
+                    gw,
+                    call,
+                    req,
+                    target,
+                    ((b"x-sie-served-by", b"remote"), (b"x-sie-fallback-reason", served.reason.encode())),
+                )  # fmt: skip
+            else:
+                outcome = served
+        else:
+            provider = target.target.provider.id
+            outcome = await _remote(gw, call, req, target, ())
+        status = CLIENT_CLOSED if outcome.client_gone else outcome.status
+        if outcome.client_gone:
+            log.debug("client went away; upstream request to %s cancelled", provider)
+    except GatewayError as e:
+        status = e.status
+        raise
+    except trio.Cancelled:
+        status = CLIENT_CLOSED
+        raise
+    finally:
+        gw.telemetry.record_generation(
+            provider=provider,
+            model=req.model,
+            status=status,
+            duration_s=trio.current_time() - started,
+            ttft_s=None
+            if outcome is None or outcome.first_chunk_at is None
+            else outcome.first_chunk_at - started,
+            usage=None if outcome is None else outcome.usage,
+            tool_calls=[] if outcome is None else outcome.tool_calls,
+            operation="chat" if req.endpoint == "chat" else "text_completion",
+        )
+
+
+async def _remote(
+    gw: Gateway, call: Call, req: ParsedRequest, remote: Remote, response_headers: Headers
+) -> Outcome:
+    chat = req.endpoint == "chat"
+    target = remote.target
+    provider = target.provider
+    if req.has_images and not gw.settings.enable_vision:
+        raise fail(
+            "vision_disabled",
+            "Image content is not accepted: vision is disabled on this gateway "
+            "(ENABLE_VISION=true enables it).",
+            param="messages",
+        )
+    _refuse_unsupported(
+        req.fields, req.features, OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETIONS_FIELDS
+    )
+    assert remote.model is not None
+    up = UpstreamRequest(
+        origin=target.origin,
+        target=target.path(provider.chat_path if chat else provider.completions_path),
+        headers=target.sse_headers if req.stream else target.json_headers,
+        body=req.upstream_body(remote.model, target.omit, rename=provider.renamed_fields),
+    )
+    if req.stream:
+        outcome = await gw.exchanges.relay_sse(call, up, response_headers=response_headers)
+    else:
+        outcome = await gw.exchanges.forward(call, up, response_headers=response_headers)
+    if outcome.error is not None:
+        outcome.status = 502
+    return outcome
+
+
+def _refuse_unsupported(
+    fields: tuple[str, ...], features: tuple[str, ...], allowed: frozenset[str]
+) -> None:
+    for name in fields:
+        if name not in allowed:
+            raise unsupported_field(name)
+    for feature in features:
+        raise unsupported_field(
+            "response_format.type",
+            f"'{feature.partition('.')[2]}' response formats are not supported by the selected provider",
+        )

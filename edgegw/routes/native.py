@@ -1,0 +1,159 @@
+"""The providers' own APIs, forwarded: /v1/responses (openai), /v1/messages (anthropic)
+and the Images API (openai, with ENABLE_IMAGES=true).
+
+Bodies go upstream as the client sent them; JSON bodies only have their `model` prefix
+removed (the Rust core rewrites that one value and keeps every other byte). The caller's
+credentials never go upstream: the provider's are added. A provider's own error answer
+on these endpoints is relayed as it came (status, content type, body), because clients
+of these APIs parse the provider's shapes; errors raised by edgegw itself use the
+gateway's envelope, like everywhere else.
+"""
+
+from __future__ import annotations
+
+import re
+
+from edgegw._core import parse_passthrough
+from edgegw.asgi import Call
+from edgegw.errors import fail
+from edgegw.gateway import Gateway
+from edgegw.providers import Target
+from edgegw.relay import UpstreamRequest
+from edgegw.resolve import (
+    IMAGES_EDITS,
+    IMAGES_GENERATIONS,
+    IMAGES_VARIATIONS,
+    MESSAGES,
+    RESPONSES,
+    NativeApi,
+)
+
+IMAGES_DISABLED = "The Images API is not enabled. Set ENABLE_IMAGES=true to enable it."
+
+# Client headers that carry API options, forwarded on the native-API endpoints.
+FORWARDED_CLIENT_HEADERS = frozenset(
+    {
+        b"openai-beta",
+        b"openai-organization",
+        b"openai-project",
+        b"idempotency-key",
+        b"anthropic-beta",
+        b"anthropic-version",
+    }
+)
+
+
+def _client_headers(call: Call) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in call.headers if k in FORWARDED_CLIENT_HEADERS]
+
+
+def _native_headers(target: Target, call: Call, *, stream: bool) -> list[tuple[bytes, bytes]]:
+    client = _client_headers(call)
+    sent = {k for k, _ in client}
+    # The provider's fixed headers (anthropic-version) unless the client chose its own.
+    provider = [(k, v) for k, v in target.auth if k not in sent]
+    accept = b"text/event-stream" if stream else b"application/json"
+    return [(b"content-type", b"application/json"), (b"accept", accept), *provider, *client]
+
+
+async def _native_json(gw: Gateway, call: Call, api: NativeApi, *, model_required: bool) -> None:
+    body = await call.read_body(gw.settings.max_body_bytes)
+    req = parse_passthrough(body)
+    if model_required and req.model is None:
+        raise fail("invalid_request", "field 'model' is required", param="model")
+    remote = gw.resolver.native(req.model, call.provider_param(), api)
+    target = remote.target
+    up = UpstreamRequest(
+        origin=target.origin,
+        target=target.path(api.path),
+        headers=_native_headers(target, call, stream=req.stream),
+        body=req.with_model(remote.model) if remote.model is not None else body,
+    )
+    if req.stream:
+        await gw.exchanges.relay_sse(call, up, raw_errors=True)
+    else:
+        await gw.exchanges.forward(call, up, raw_errors=True)
+
+
+async def responses(gw: Gateway, call: Call) -> None:
+    await _native_json(gw, call, RESPONSES, model_required=True)
+
+
+async def messages(gw: Gateway, call: Call) -> None:
+    await _native_json(gw, call, MESSAGES, model_required=True)
+
+
+async def images_generations(gw: Gateway, call: Call) -> None:
+    if not gw.settings.enable_images:
+        raise fail("images_disabled", IMAGES_DISABLED)
+    await _native_json(gw, call, IMAGES_GENERATIONS, model_required=False)
+
+
+async def images_edits(gw: Gateway, call: Call) -> None:
+    await _images_multipart(gw, call, IMAGES_EDITS)
+
+
+async def images_variations(gw: Gateway, call: Call) -> None:
+    await _images_multipart(gw, call, IMAGES_VARIATIONS)
+
+
+async def _images_multipart(gw: Gateway, call: Call, api: NativeApi) -> None:
+    """Multipart image edits/variations. The body is read under the body cap (never more
+    than that in memory), the `model` form field's provider prefix is removed in place, and
+    every other byte (files included) goes upstream as sent."""
+    if not gw.settings.enable_images:
+        raise fail("images_disabled", IMAGES_DISABLED)
+    ctype = call.header(b"content-type") or b""
+    m = re.match(rb"multipart/form-data\s*;.*boundary=\"?([^\";]+)\"?", ctype, re.IGNORECASE)
+    if m is None:
+        raise fail("unsupported_media_type", "expected multipart/form-data with a boundary")
+    body = await call.read_body(gw.settings.max_body_bytes)
+    model, span = _multipart_field(body, m.group(1), b"model")
+    remote = gw.resolver.native(model, call.provider_param(), api)
+    bare = remote.model
+    if span is not None and bare is not None and bare != model:
+        body = body[: span[0]] + bare.encode() + body[span[1] :]
+    target = remote.target
+    up = UpstreamRequest(
+        origin=target.origin,
+        target=target.path(api.path),
+        headers=[
+            (b"content-type", ctype),
+            (b"accept", b"application/json"),
+            *target.auth,
+            *_client_headers(call),
+        ],
+        body=body,
+    )
+    await gw.exchanges.forward(call, up, raw_errors=True)
+
+
+def _multipart_field(
+    body: bytes, boundary: bytes, name: bytes
+) -> tuple[str | None, tuple[int, int] | None]:
+    """The value of a small text field of a multipart body, and its byte span."""
+    delimiter = b"--" + boundary
+    pos = body.find(delimiter)
+    while pos >= 0:
+        head_start = pos + len(delimiter) + 2
+        head_end = body.find(b"\r\n\r\n", head_start)
+        if head_end < 0:
+            break
+        head = body[head_start:head_end]
+        nxt = body.find(b"\r\n" + delimiter, head_end)
+        if nxt < 0:
+            break
+        if re.search(
+            rb'content-disposition:[^\r\n]*;\s*name="?' + re.escape(name) + rb'"?(;|\s|$)',
+            head,
+            re.IGNORECASE | re.MULTILINE,
+        ):
+            start, end = head_end + 4, nxt
+            try:
+                return body[start:end].decode("utf-8"), (start, end)
+            except UnicodeDecodeError:
+                raise fail(
+                    "invalid_request", "the 'model' field is not UTF-8", param="model"
+                ) from None
+        pos = nxt + 2
+    return None, None

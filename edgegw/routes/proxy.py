@@ -1,0 +1,111 @@
+"""GET/POST/PUT/DELETE/PATCH /proxy/{provider}/{path}: raw passthrough under the provider's
+base URL, any body and content type, streamed both ways. The caller's credentials and the
+hop-by-hop headers are removed, the provider's credentials added; a path that could leave
+the provider's base URL is refused."""
+
+from __future__ import annotations
+
+import re
+
+import trio
+
+from edgegw.asgi import Call
+from edgegw.errors import fail, payload_too_large, upstream_timeout
+from edgegw.gateway import Gateway
+
+PROXY_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+# Never forwarded: the caller's credentials, and hop-by-hop or framing headers that
+# edgegw sets itself.
+PROXY_DROPPED_REQUEST_HEADERS = frozenset(
+    {
+        b"authorization",
+        b"proxy-authorization",
+        b"x-api-key",
+        b"api-key",
+        b"x-goog-api-key",
+        b"cookie",
+        b"host",
+        b"connection",
+        b"keep-alive",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"expect",
+        b"user-agent",
+    }
+)
+# A proxied path: printable, no backslash, no encoded slash or dot tricks (checked on the
+# raw path before percent-decoding).
+_BAD_RAW_PATH = re.compile(rb"%2f|%5c|%2e|%00|\\", re.IGNORECASE)
+
+
+def _proxy_target(call: Call) -> tuple[str, bytes]:
+    """(provider id, upstream path relative to the provider's base) from /proxy/{id}/{path},
+    refusing anything that could leave the provider's base URL."""
+    raw = call.scope.get("raw_path") or call.path.encode()
+    raw = raw.split(b"?", 1)[0]
+    parts = raw.split(b"/", 3)  # b"", b"proxy", id, rest
+    if len(parts) < 4 or not parts[2] or not parts[3]:
+        raise fail("not_found", "use /proxy/{provider}/{path}")
+    pid = parts[2].decode("latin-1").lower()
+    rest = parts[3]
+    segments = rest.split(b"/")
+    if (
+        _BAD_RAW_PATH.search(rest)
+        or any(seg in (b"..", b".") for seg in segments)
+        or b"//" in rest
+        or rest.startswith(b"/")
+        or b":" in segments[0]
+        or not rest.isascii()
+        or any(b <= 0x20 or b == 0x7F for b in rest)
+    ):
+        raise fail(
+            "invalid_path",
+            "the proxied path must stay under the provider's base URL",
+            param="path",
+        )
+    return pid, b"/" + rest
+
+
+async def proxy(gw: Gateway, call: Call) -> None:
+    pid, rest = _proxy_target(call)
+    target = gw.resolver.named(pid, param="provider")
+    base = target.origin.base_path.encode()
+    # `/proxy/openai/v1/chat/completions` and `/proxy/openai/chat/completions` both reach
+    # https://api.openai.com/v1/chat/completions: a path that already carries the base
+    # path is not prefixed twice.
+    path = rest if base and (rest == base or rest.startswith(base + b"/")) else base + rest
+    query = call.query
+    upstream_target = path + (b"?" + query if query else b"")
+    client = [(k, v) for k, v in call.headers if k not in PROXY_DROPPED_REQUEST_HEADERS]
+    sent = {k for k, _ in client}
+    headers = [*client, *((k, v) for k, v in target.auth if k not in sent)]
+    limit = gw.settings.max_body_bytes
+    content_length = call.content_length(limit)
+    received = 0
+
+    async def next_chunk() -> bytes:
+        nonlocal received
+        chunk = await call.next_body_chunk()
+        received += len(chunk)
+        if received > limit:
+            raise payload_too_large(limit)
+        return chunk
+
+    if call.method in ("GET", "DELETE") and content_length is None:
+        content_length = 0
+    try:
+        with trio.fail_after(gw.settings.first_byte_timeout_s):
+            resp = await gw.pool.send_streaming(
+                target.origin,
+                call.method.encode(),
+                upstream_target,
+                headers,
+                next_chunk,
+                content_length,
+            )
+    except trio.TooSlowError:
+        raise upstream_timeout() from None
+    await gw.exchanges.relay_raw(call, resp)

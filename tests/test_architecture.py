@@ -1,0 +1,134 @@
+"""The package's shape, read from its source: imports go one way (no cycle, also through
+imports inside functions or under TYPE_CHECKING), nothing but the server imports the app,
+the benchmarking code stays out of the gateway's import graph, and a module longer than
+MAX_LINES says at its top why."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "edgegw"
+MAX_LINES = 450
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every edgegw module `name` imports, wherever the import statement stands."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            # `from edgegw.local import serve` imports the module edgegw.local.serve.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name and target.startswith("edgegw"):
+                found.add(target)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: _imports(name, path, known) - {"edgegw"} for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_checker_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_only_the_server_imports_the_app() -> None:
+    importers = {m for m, deps in _graph().items() if "edgegw.app" in deps}
+    assert importers <= {"edgegw.server"}
+
+
+def test_bench_code_is_outside_the_gateway() -> None:
+    """Only the CLI (lazily, for `edgegw bench` and `edgegw demo`) reaches edgegw.bench."""
+    graph = _graph()
+    for module, deps in graph.items():
+        if module.startswith("edgegw.bench") or module == "edgegw.__main__":
+            continue
+        assert not any(d.startswith("edgegw.bench") for d in deps), module
+    # ... and `edgegw serve` does not import it at all.
+    main = ast.parse((PACKAGE / "__main__.py").read_text())
+    top_level = [n for n in main.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not any(
+        isinstance(n, ast.ImportFrom) and (n.module or "").startswith("edgegw.bench")
+        for n in top_level
+    )
+
+
+def test_routes_get_the_gateway_context_not_the_app() -> None:
+    for module, deps in _graph().items():
+        if module.startswith("edgegw.routes"):
+            assert "edgegw.server" not in deps and "edgegw.app" not in deps, module
+
+
+def test_long_modules_say_why() -> None:
+    """A module over MAX_LINES says at its top why it is one piece ("Longer than ...")."""
+    unexplained = []
+    for path in _modules().values():
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > MAX_LINES and "Longer than" not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(f"{path.relative_to(PACKAGE.parent)}: {lines} lines")
+    assert unexplained == []
