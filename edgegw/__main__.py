@@ -13,7 +13,8 @@ from types import MappingProxyType
 
 import trio
 
-from edgegw.settings import ProviderConfig, Settings, SettingsError
+from edgegw.providers import ProviderConfig
+from edgegw.settings import Settings, SettingsError
 
 DEMO_KEY = "demo-upstream-key"
 
@@ -149,7 +150,7 @@ def versions() -> str:
             lines.append(f"{dist} {version(dist)}")
         except PackageNotFoundError:
             lines.append(f"{dist} unknown")
-    lines.insert(1, f"h11 {h11.__version__}")
+    lines.insert(1, f"h11 {h11.__version__}")  # type: ignore[attr-defined]
     lines.append(f"python {platform.python_version()}")
     return "\n".join(lines)
 

@@ -400,7 +400,9 @@ async def _start_gateway(nursery: trio.Nursery, mock_url: str) -> str:
             }
         )
     )
-    binds = await nursery.start(lambda task_status: serve(settings, task_status=task_status))
+    binds: list[str] = await nursery.start(
+        lambda task_status: serve(settings, task_status=task_status)
+    )
     return binds[0]
 
 

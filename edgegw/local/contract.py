@@ -226,7 +226,7 @@ def _check_context(doc: dict[str, Any], rt: LocalRuntime, cap: int, chat: bool) 
         prompt_tokens = sum(len(e.ids) for e in tok.encode_batch(texts, add_special_tokens=False))
         prompt_tokens += 3 * len(doc.get("messages") or ())
     else:
-        prompt = doc.get("prompt")
+        prompt = doc["prompt"]  # required by the core's completions rules
         text = prompt if isinstance(prompt, str) else prompt[0]
         prompt_tokens = len(tok.encode(text, add_special_tokens=False).ids)
     if prompt_tokens + cap > window:

@@ -303,7 +303,7 @@ def _cumulative_logprob(choice: dict[str, Any]) -> float:
     content = lp.get("content") if isinstance(lp, dict) else None
     if not isinstance(content, list) or not content:
         return -math.inf
-    return sum(t.get("logprob", -math.inf) for t in content if isinstance(t, dict))
+    return float(sum(t.get("logprob", -math.inf) for t in content if isinstance(t, dict)))
 
 
 def overloaded(first: bytes) -> bool:

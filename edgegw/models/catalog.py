@@ -245,8 +245,8 @@ class ModelCatalog:
             return
         with trio.move_on_after(self.settings.models_timeout_s):
             async with trio.open_nursery() as nursery:
-                for target, listing, m in jobs:
-                    nursery.start_soon(self._runtime_window, target, listing, m)
+                for target, job_listing, job_model in jobs:
+                    nursery.start_soon(self._runtime_window, target, job_listing, job_model)
 
     async def _runtime_window(
         self, target: Target, listing: _Listing, m: ListedModel | None

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import quote
 
 from edgegw.errors import GatewayError
@@ -127,6 +127,7 @@ def _entry_id(shape: str, entry: dict[str, Any]) -> str | None:
 def _created(entry: dict[str, Any]) -> int:
     created = entry.get("created")
     if _is_int(created) or (isinstance(created, float) and math.isfinite(created)):
+        assert isinstance(created, (int, float))
         return int(created) if 0 <= created <= MAX_INT else 0
     stamp = entry.get("created_at")  # Anthropic RFC 3339, Cloudflare "2024-04-18 20:31:47.273"
     if isinstance(stamp, str):
@@ -210,7 +211,7 @@ def ollama_window(shown: Any) -> int | None:
     return None
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -157,7 +157,7 @@ class Histogram(_Family):
 
     def collect(self) -> Iterator[Metric]:
         metric = Metric(self.name, self.documentation, "histogram")
-        bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]
+        bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]
         for key, series in self._series.items():
             base = dict(key)
             cumulative = 0
