@@ -1,6 +1,7 @@
 """Type stubs for edgegw's Rust core (rust/src/lib.rs)."""
 
 from collections.abc import Sequence
+from typing import final
 
 MAX_JSON_DEPTH: int
 
@@ -56,14 +57,26 @@ class SseSplitter:
     def feed(self, chunk: bytes) -> list[SseEvent]: ...
     def finish(self) -> bool: ...
 
+@final
+class ResponseHead:
+    @property
+    def status(self) -> int: ...
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]: ...  # names lower-cased, in order
+
+@final
+class ResponseFeed:
+    @property
+    def head(self) -> ResponseHead | None: ...  # the final head, on the feed that completed it
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def done(self) -> bool: ...
+
 class ResponseParser:
     def __init__(self, head_request: bool = ...) -> None: ...
-    def feed(
-        self, data: bytes
-    ) -> tuple[tuple[int, list[tuple[bytes, bytes]]] | None, bytes, bool]: ...
-    def feed_eof(
-        self,
-    ) -> tuple[tuple[int, list[tuple[bytes, bytes]]] | None, bytes, bool]: ...
+    def feed(self, data: bytes) -> ResponseFeed: ...
+    def feed_eof(self) -> ResponseFeed: ...
     @property
     def reusable(self) -> bool: ...
     @property

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from edgegw._core import RequestError, ResponseParser
+from edgegw._core import RequestError, ResponseHead, ResponseParser
 from edgegw.errors import GatewayError
 
 USER_AGENT = b"edgegw/0.1"
@@ -277,9 +277,9 @@ async def _read_head(
                 502, "upstream_connection_lost", "the upstream closed the connection"
             )
         got_bytes = True
-        head, body, done = parser.feed(data)
-        if head is not None:
-            return Response(pool, origin, conn, parser, head, body, done)
+        fed = parser.feed(data)
+        if fed.head is not None:
+            return Response(pool, origin, conn, parser, fed.head, fed.body, fed.done)
 
 
 def _transport_error(e: Exception) -> GatewayError:
@@ -320,7 +320,7 @@ class Response:
         origin: Origin,
         conn: _Connection,
         parser: ResponseParser,
-        head: tuple[int, list[tuple[bytes, bytes]]],
+        head: ResponseHead,
         body: bytes,
         done: bool,
     ) -> None:
@@ -328,8 +328,8 @@ class Response:
         self._origin = origin
         self._conn = conn
         self._parser = parser
-        self.status: int = head[0]
-        self.headers: list[tuple[bytes, bytes]] = head[1]  # names lower-cased
+        self.status: int = head.status
+        self.headers: list[tuple[bytes, bytes]] = head.headers  # names lower-cased
         self._pending = body
         self._done = done
         self._closed = False
@@ -347,14 +347,12 @@ class Response:
         while not self._done:
             try:
                 data = await self._conn.stream.receive_some(READ_SIZE)
-                if data:
-                    _, body, self._done = self._parser.feed(data)
-                else:
-                    _, body, self._done = self._parser.feed_eof()
+                fed = self._parser.feed(data) if data else self._parser.feed_eof()
             except Exception as e:
                 raise _transport_error(e) from e
-            if body:
-                return body
+            self._done = fed.done
+            if fed.body:
+                return fed.body
         return b""
 
     async def read(self, limit: int) -> bytes:

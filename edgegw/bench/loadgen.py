@@ -384,11 +384,12 @@ class Load:
         await stream.send_all(self.spec.request)
         while True:
             data = await stream.receive_some(RECEIVE_BYTES)
-            head, body, done = parser.feed(data) if data else parser.feed_eof()
+            fed = parser.feed(data) if data else parser.feed_eof()
+            head, body, done = fed.head, fed.body, fed.done
             if head is not None:
-                ex.status = head[0]
+                ex.status = head.status
                 if self.spec.stream and 200 <= ex.status < 300:
-                    if _is_sse(head[1]):
+                    if _is_sse(head.headers):
                         splitter = SseSplitter()
                     else:
                         ex.fault = "not_sse"
@@ -477,9 +478,10 @@ async def probe(spec: LoadSpec, *, connect_timeout_s: float, answer_timeout_s: f
             await stream.send_all(spec.request)
             while True:
                 data = await stream.receive_some(RECEIVE_BYTES)
-                head, piece, done = parser.feed(data) if data else parser.feed_eof()
+                fed = parser.feed(data) if data else parser.feed_eof()
+                head, piece, done = fed.head, fed.body, fed.done
                 if head is not None:
-                    status = head[0]
+                    status = head.status
                     if 200 <= status < 300:
                         return Probe(None, status)
                 if len(body) < MAX_KEPT_BODY_BYTES:

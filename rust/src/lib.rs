@@ -14,7 +14,7 @@ mod binding {
     use pyo3::create_exception;
     use pyo3::exceptions::{PyTypeError, PyValueError};
     use pyo3::prelude::*;
-    use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+    use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
     use crate::error::Rejection;
     use crate::http1;
@@ -347,29 +347,85 @@ mod binding {
         )
     }
 
-    type HeadTuple = (u16, Vec<(Py<PyBytes>, Py<PyBytes>)>);
+    /// A final response head: `.status`, `.headers` (names lower-cased, in order).
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct ResponseHead {
+        #[pyo3(get)]
+        status: u16,
+        #[pyo3(get)]
+        headers: Py<PyList>,
+    }
+
+    #[pymethods]
+    impl ResponseHead {
+        fn __repr__(&self, py: Python<'_>) -> String {
+            format!(
+                "ResponseHead(status={}, headers=<{} fields>)",
+                self.status,
+                self.headers.bind(py).len()
+            )
+        }
+    }
+
+    /// What one `ResponseParser.feed()` or `.feed_eof()` produced: `.head` (the final
+    /// head, on the feed that completed it, else None), `.body` (decoded body bytes,
+    /// maybe empty) and `.done` (the response ended).
+    ///
+    /// Every field is a `Py<...>` on a frozen class, so pyo3 exposes them as struct
+    /// members that CPython reads directly, with no getter call: this object is made and
+    /// read once per upstream read, and a `bool` or `Option` field would cost a getter
+    /// call each (measured: the commit that introduced this class).
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct ResponseFeed {
+        /// None or a `ResponseHead`.
+        #[pyo3(get)]
+        head: Py<PyAny>,
+        #[pyo3(get)]
+        body: Py<PyBytes>,
+        #[pyo3(get)]
+        done: Py<PyBool>,
+    }
+
+    #[pymethods]
+    impl ResponseFeed {
+        fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+            Ok(format!(
+                "ResponseFeed(head={}, body=<{} bytes>, done={})",
+                self.head.bind(py).repr()?,
+                self.body.bind(py).as_bytes().len(),
+                self.done.bind(py).repr()?
+            ))
+        }
+    }
 
     /// HTTP/1.1 response framing for the upstream client:
-    /// `feed(bytes) -> (head | None, body bytes, done)`, `feed_eof()`, `reusable`.
+    /// `feed(bytes) -> ResponseFeed`, `feed_eof() -> ResponseFeed`, `reusable`, `done`.
     #[pyclass(module = "edgegw._core")]
     struct ResponseParser {
         inner: http1::ResponseParser,
     }
 
     impl ResponseParser {
-        fn convert<'py>(
-            py: Python<'py>,
-            p: http1::Progress,
-        ) -> (Option<HeadTuple>, Bound<'py, PyBytes>, bool) {
-            let head = p.head.map(|h| {
-                let headers = h
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (PyBytes::new(py, k).unbind(), PyBytes::new(py, v).unbind()))
-                    .collect();
-                (h.status, headers)
-            });
-            (head, PyBytes::new(py, &p.body), p.done)
+        fn convert(py: Python<'_>, p: http1::Progress) -> PyResult<ResponseFeed> {
+            let head = match p.head {
+                None => py.None(),
+                Some(h) => {
+                    let headers = h
+                        .headers
+                        .iter()
+                        .map(|(k, v)| (PyBytes::new(py, k), PyBytes::new(py, v)));
+                    let head = ResponseHead {
+                        status: h.status,
+                        headers: PyList::new(py, headers)?.unbind(),
+                    };
+                    Py::new(py, head)?.into_any()
+                }
+            };
+            Ok(ResponseFeed {
+                head,
+                body: PyBytes::new(py, &p.body).unbind(),
+                done: PyBool::new(py, p.done).to_owned().unbind(),
+            })
         }
     }
 
@@ -383,21 +439,14 @@ mod binding {
             }
         }
 
-        fn feed<'py>(
-            &mut self,
-            py: Python<'py>,
-            data: &[u8],
-        ) -> PyResult<(Option<HeadTuple>, Bound<'py, PyBytes>, bool)> {
+        fn feed(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<ResponseFeed> {
             let p = self.inner.feed(data).map_err(to_py)?;
-            Ok(Self::convert(py, p))
+            Self::convert(py, p)
         }
 
-        fn feed_eof<'py>(
-            &mut self,
-            py: Python<'py>,
-        ) -> PyResult<(Option<HeadTuple>, Bound<'py, PyBytes>, bool)> {
+        fn feed_eof(&mut self, py: Python<'_>) -> PyResult<ResponseFeed> {
             let p = self.inner.feed_eof().map_err(to_py)?;
-            Ok(Self::convert(py, p))
+            Self::convert(py, p)
         }
 
         #[getter]
@@ -418,6 +467,8 @@ mod binding {
         m.add_class::<SseEvent>()?;
         m.add_class::<SseSplitter>()?;
         m.add_class::<ResponseParser>()?;
+        m.add_class::<ResponseFeed>()?;
+        m.add_class::<ResponseHead>()?;
         m.add_function(wrap_pyfunction!(parse_chat_request, m)?)?;
         m.add_function(wrap_pyfunction!(parse_completions_request, m)?)?;
         m.add_class::<PassthroughRequest>()?;
