@@ -6,10 +6,18 @@ from typing import final
 MAX_JSON_DEPTH: int
 
 class RequestError(ValueError):
+    """A client request the gateway refuses (message in args[0])."""
+
     status: int
     type: str
     code: str
     param: str | None
+
+class UpstreamProtocolError(Exception):
+    """An upstream response that breaks HTTP/1.1 or SSE framing (message in args[0]);
+    raised by ResponseParser and SseSplitter, never by the request parsers."""
+
+    code: str  # upstream_event_too_large | bad_upstream_response | upstream_connection_lost
 
 class ParsedRequest:
     @property

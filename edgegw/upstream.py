@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import trio
 
-from edgegw._core import RequestError, ResponseHead, ResponseParser
+from edgegw._core import ResponseHead, ResponseParser, UpstreamProtocolError
 from edgegw.errors import GatewayError
 
 USER_AGENT = b"edgegw/0.1"
@@ -288,7 +288,7 @@ def _transport_error(e: Exception) -> GatewayError:
         return e
     if isinstance(e, trio.TooSlowError):
         return GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
-    if isinstance(e, RequestError):  # from ResponseParser: a malformed or truncated response
+    if isinstance(e, UpstreamProtocolError):  # from ResponseParser: malformed or truncated
         return GatewayError(502, e.code, str(e), type="upstream_error")
     if isinstance(e, (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError)):
         return GatewayError(

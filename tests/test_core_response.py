@@ -2,14 +2,21 @@
 
 The framing itself (Content-Length, chunked, reuse, limits) is tested in rust/src/http1.rs;
 these tests pin the Python shape: a ResponseFeed with .head (a ResponseHead, only on the feed
-that completed the head), .body and .done, whatever the piece boundaries.
+that completed the head), .body and .done, whatever the piece boundaries; and a broken or cut
+response raises UpstreamProtocolError with a stable .code, never RequestError.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from edgegw._core import ResponseFeed, ResponseHead, ResponseParser
+from edgegw._core import (
+    RequestError,
+    ResponseFeed,
+    ResponseHead,
+    ResponseParser,
+    UpstreamProtocolError,
+)
 
 RESPONSE = b"HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Mixed-Case: V\r\n\r\nhello"
 HEADERS = [(b"content-length", b"5"), (b"x-mixed-case", b"V")]
@@ -64,3 +71,62 @@ def test_types_are_read_only_results() -> None:
         with pytest.raises(TypeError):
             cls()
     assert "done=True" in repr(fed) and "status=201" in repr(fed)
+
+
+MALFORMED = [
+    pytest.param(b"garbage\r\n\r\n", id="not-http"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n", id="conflicting-length"),
+    pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", id="negative-length"),
+    pytest.param(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", id="bad-chunk-size"
+    ),
+    pytest.param(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX", id="chunk-without-crlf"
+    ),
+    pytest.param(b"HTTP/1.1 101 Switching Protocols\r\n\r\n", id="protocol-switch"),
+]
+
+
+@pytest.mark.parametrize("data", MALFORMED)
+def test_malformed_response_is_an_upstream_protocol_error(data: bytes) -> None:
+    with pytest.raises(UpstreamProtocolError) as info:
+        ResponseParser().feed(data)
+    assert info.value.code == "bad_upstream_response"
+    assert not isinstance(info.value, RequestError)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(b"", id="nothing"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-", id="mid-head"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", id="mid-body"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab", id="mid-chunked"
+        ),
+    ],
+)
+def test_cut_response_is_connection_lost(data: bytes) -> None:
+    parser = ResponseParser()
+    parser.feed(data)
+    with pytest.raises(UpstreamProtocolError) as info:
+        parser.feed_eof()
+    assert info.value.code == "upstream_connection_lost"
+    assert isinstance(info.value.args[0], str) and info.value.args[0]
+
+
+def test_any_bytes_parse_or_raise_upstream_protocol_error() -> None:
+    # h11's invariant, on a deterministic sample: every prefix and every one-byte corruption of
+    # a chunked response either parses or raises UpstreamProtocolError, never anything else.
+    good = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    samples = [good[:i] for i in range(len(good))]
+    samples += [
+        good[:i] + bytes([b]) + good[i + 1 :] for i in range(len(good)) for b in b"\x00:\r\n 9z"
+    ]
+    for data in samples:
+        parser = ResponseParser()
+        try:
+            parser.feed(data)
+            parser.feed_eof()
+        except UpstreamProtocolError as e:
+            assert e.code in ("bad_upstream_response", "upstream_connection_lost")

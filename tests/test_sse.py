@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgegw._core import RequestError, SseSplitter
+from edgegw._core import RequestError, SseSplitter, UpstreamProtocolError
 
 line_end = st.sampled_from([b"\n", b"\r\n", b"\r"])
 field_line = st.one_of(
@@ -60,9 +60,13 @@ def test_openai_stream_events_and_done() -> None:
 
 def test_event_size_bound_is_an_upstream_error() -> None:
     splitter = SseSplitter(max_event_bytes=1024)
-    with pytest.raises(RequestError) as info:
+    with pytest.raises(UpstreamProtocolError) as info:
         splitter.feed(b"data: " + b"x" * 2048)
-    assert (info.value.status, info.value.code) == (502, "upstream_event_too_large")
+    assert info.value.code == "upstream_event_too_large"
+    assert isinstance(info.value.args[0], str) and info.value.args[0]
+    # An upstream's fault, never reported as a bad client request.
+    assert not isinstance(info.value, RequestError)
+    assert not issubclass(UpstreamProtocolError, ValueError)
 
 
 def test_finish_reports_a_truncated_event() -> None:

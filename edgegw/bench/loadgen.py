@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 import trio
 
-from edgegw._core import RequestError, ResponseParser, SseSplitter
+from edgegw._core import ResponseParser, SseSplitter, UpstreamProtocolError
 
 RECEIVE_BYTES = 64 * 1024
 # A non-streaming body is kept only to read `usage` from it; past this it is counted and dropped.
@@ -352,7 +352,7 @@ class Load:
                 reusable = await self._exchange(stream, exchange, stats)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
                 kind = "closed"
-            except RequestError as e:  # the framing: a cut response, or one that breaks HTTP
+            except UpstreamProtocolError as e:  # framing: a cut response, or broken HTTP/SSE
                 kind = "closed" if e.code == "upstream_connection_lost" else "protocol"
         if scope.cancelled_caught:
             kind = "timeout"
@@ -491,7 +491,7 @@ async def probe(spec: LoadSpec, *, connect_timeout_s: float, answer_timeout_s: f
         return Probe("timeout", status, f"no answer within {answer_timeout_s:g} s")
     except (OSError, trio.BrokenResourceError):
         return Probe("closed", detail="the connection was closed")
-    except RequestError as e:
+    except UpstreamProtocolError as e:
         return Probe(
             "closed" if e.code == "upstream_connection_lost" else "protocol", detail=e.code
         )

@@ -1,9 +1,20 @@
-//! The one rejection type of the core. Every fallible core function returns
-//! `Result<_, Rejection>`; `lib.rs` maps it to `RequestError` with one exhaustive match.
+//! The core's two error types, one per party at fault.
+//!
+//! [`Rejection`]: the client's request is refused (bad JSON, a field out of its rules, a
+//! payload too large). `lib.rs` raises it as `RequestError` with `.status .type .code .param`.
+//!
+//! [`UpstreamFault`]: what an upstream (a provider or a local worker) sent breaks HTTP/1.1
+//! or SSE framing. Never the client's fault, so never a `RequestError`: `lib.rs` raises it as
+//! `UpstreamProtocolError` with `.code`, and the gateway answers 502 (or ends the stream).
+//!
+//! The parsers' signatures say which one they return (`request`/`passthrough`/`otlp`/`json`:
+//! `Rejection`; `http1`/`sse`: `UpstreamFault`), so the Python exception is fixed by the type,
+//! and each enum's `code()`/`message()` are exhaustive matches: a new variant cannot go
+//! unmapped.
 
 use std::fmt;
 
-/// What the gateway tells the client, in the OpenAI error envelope's terms.
+/// A client request the gateway refuses, in the OpenAI error envelope's terms.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejection {
     /// The body is not strict JSON (or not an object). `param` is always null.
@@ -14,12 +25,6 @@ pub enum Rejection {
     InvalidValue { param: String, message: String },
     /// A field (or value) this endpoint does not accept. `param` is the field path.
     UnsupportedField { param: String, message: String },
-    /// An upstream SSE event exceeded the size bound: an upstream fault, never a client one.
-    SseEventTooLarge { limit: usize },
-    /// An upstream HTTP response that breaks the protocol.
-    BadUpstreamResponse(String),
-    /// The upstream closed the connection in the middle of a response.
-    UpstreamClosed,
     /// A (decoded) request payload is larger than the endpoint accepts.
     PayloadTooLarge { limit: usize },
     /// A `Content-Encoding: gzip` body that is not valid gzip (bad header, checksum,
@@ -61,26 +66,12 @@ impl Rejection {
             | Rejection::InvalidGzip
             | Rejection::InvalidOtlp => 400,
             Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => 413,
-            Rejection::SseEventTooLarge { .. }
-            | Rejection::BadUpstreamResponse(_)
-            | Rejection::UpstreamClosed => 502,
         }
     }
 
+    /// The envelope's `type`: every rejection is the client's request.
     pub fn error_type(&self) -> &'static str {
-        match self {
-            Rejection::InvalidJson(_)
-            | Rejection::NotAnObject
-            | Rejection::InvalidValue { .. }
-            | Rejection::UnsupportedField { .. }
-            | Rejection::PayloadTooLarge { .. }
-            | Rejection::InvalidGzip
-            | Rejection::InvalidOtlp
-            | Rejection::TooManyDataPoints { .. } => "invalid_request_error",
-            Rejection::SseEventTooLarge { .. }
-            | Rejection::BadUpstreamResponse(_)
-            | Rejection::UpstreamClosed => "upstream_error",
-        }
+        "invalid_request_error"
     }
 
     pub fn code(&self) -> &'static str {
@@ -94,9 +85,6 @@ impl Rejection {
                 "payload_too_large"
             }
             Rejection::UnsupportedField { .. } => "unsupported_field",
-            Rejection::SseEventTooLarge { .. } => "upstream_event_too_large",
-            Rejection::BadUpstreamResponse(_) => "bad_upstream_response",
-            Rejection::UpstreamClosed => "upstream_connection_lost",
         }
     }
 
@@ -104,9 +92,6 @@ impl Rejection {
         match self {
             Rejection::InvalidJson(_)
             | Rejection::NotAnObject
-            | Rejection::SseEventTooLarge { .. }
-            | Rejection::BadUpstreamResponse(_)
-            | Rejection::UpstreamClosed
             | Rejection::PayloadTooLarge { .. }
             | Rejection::InvalidGzip
             | Rejection::InvalidOtlp
@@ -123,15 +108,6 @@ impl Rejection {
             Rejection::NotAnObject => "request body must be a JSON object".to_string(),
             Rejection::InvalidValue { message, .. }
             | Rejection::UnsupportedField { message, .. } => message.clone(),
-            Rejection::BadUpstreamResponse(m) => {
-                format!("the upstream sent a malformed response: {m}")
-            }
-            Rejection::UpstreamClosed => {
-                "the upstream closed the connection mid-response".to_string()
-            }
-            Rejection::SseEventTooLarge { limit } => {
-                format!("upstream sent an SSE event larger than {limit} bytes")
-            }
             Rejection::PayloadTooLarge { limit } => {
                 if *limit >= 1 << 20 && limit % (1 << 20) == 0 {
                     format!("Payload exceeds {} MiB limit", limit >> 20)
@@ -155,3 +131,45 @@ impl fmt::Display for Rejection {
 }
 
 impl std::error::Error for Rejection {}
+
+/// An upstream response that breaks the protocol (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamFault {
+    /// An SSE event exceeded the splitter's size bound.
+    EventTooLarge { limit: usize },
+    /// An HTTP/1.1 response that breaks the protocol (head, framing, chunk syntax).
+    BadResponse(String),
+    /// The upstream closed the connection in the middle of a response.
+    Closed,
+}
+
+impl UpstreamFault {
+    /// The stable code the gateway reports (the error envelope's or SSE error event's `code`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            UpstreamFault::EventTooLarge { .. } => "upstream_event_too_large",
+            UpstreamFault::BadResponse(_) => "bad_upstream_response",
+            UpstreamFault::Closed => "upstream_connection_lost",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            UpstreamFault::EventTooLarge { limit } => {
+                format!("upstream sent an SSE event larger than {limit} bytes")
+            }
+            UpstreamFault::BadResponse(m) => {
+                format!("the upstream sent a malformed response: {m}")
+            }
+            UpstreamFault::Closed => "the upstream closed the connection mid-response".to_string(),
+        }
+    }
+}
+
+impl fmt::Display for UpstreamFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for UpstreamFault {}

@@ -9,7 +9,7 @@
 //! HEAD/1xx/204/304, chunked when it is the final transfer coding, else Content-Length
 //! (every value equal), else until the peer closes.
 
-use crate::error::Rejection;
+use crate::error::UpstreamFault;
 
 /// Largest response head accepted (provider heads are a few hundred bytes).
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -54,8 +54,8 @@ pub struct ResponseParser {
     reusable: bool,
 }
 
-fn bad(msg: &str) -> Rejection {
-    Rejection::BadUpstreamResponse(msg.to_string())
+fn bad(msg: &str) -> UpstreamFault {
+    UpstreamFault::BadResponse(msg.to_string())
 }
 
 impl ResponseParser {
@@ -78,7 +78,7 @@ impl ResponseParser {
         self.state == State::Done
     }
 
-    pub fn feed(&mut self, data: &[u8]) -> Result<Progress, Rejection> {
+    pub fn feed(&mut self, data: &[u8]) -> Result<Progress, UpstreamFault> {
         let mut progress = Progress::default();
         // Fast path: body bytes with nothing buffered need no copy into `buf`.
         let mut input: &[u8] = data;
@@ -206,7 +206,7 @@ impl ResponseParser {
 
     /// The peer closed the connection. Ends a close-delimited body; anywhere else the
     /// response was cut short.
-    pub fn feed_eof(&mut self) -> Result<Progress, Rejection> {
+    pub fn feed_eof(&mut self) -> Result<Progress, UpstreamFault> {
         self.reusable = false;
         match self.state {
             State::UntilClose => {
@@ -220,11 +220,11 @@ impl ResponseParser {
                 done: true,
                 ..Progress::default()
             }),
-            _ => Err(Rejection::UpstreamClosed),
+            _ => Err(UpstreamFault::Closed),
         }
     }
 
-    fn parse_head(&mut self, data: &[u8]) -> Result<Option<(usize, Head)>, Rejection> {
+    fn parse_head(&mut self, data: &[u8]) -> Result<Option<(usize, Head)>, UpstreamFault> {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut slots);
         let used = match resp.parse(data) {
@@ -331,7 +331,7 @@ fn find_crlf(b: &[u8]) -> Option<usize> {
     b.windows(2).position(|w| w == b"\r\n")
 }
 
-fn parse_chunk_size(line: &[u8]) -> Result<u64, Rejection> {
+fn parse_chunk_size(line: &[u8]) -> Result<u64, UpstreamFault> {
     if line.len() > MAX_LINE_BYTES {
         return Err(bad("chunk-size line too long"));
     }
@@ -348,7 +348,7 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, Rejection> {
 mod tests {
     use super::*;
 
-    fn run(pieces: &[&[u8]], eof: bool) -> Result<(Option<Head>, Vec<u8>, bool), Rejection> {
+    fn run(pieces: &[&[u8]], eof: bool) -> Result<(Option<Head>, Vec<u8>, bool), UpstreamFault> {
         let mut p = ResponseParser::new(false);
         let (mut head, mut body, mut done) = (None, Vec::new(), false);
         for piece in pieces {
@@ -448,7 +448,7 @@ mod tests {
         }
         assert_eq!(
             run(&[b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab"], true),
-            Err(Rejection::UpstreamClosed)
+            Err(UpstreamFault::Closed)
         );
         assert!(run(&[&[b'a'; MAX_HEAD_BYTES + 10]], false).is_err());
     }

@@ -12,11 +12,11 @@ pub mod sse;
 #[cfg(feature = "python")]
 mod binding {
     use pyo3::create_exception;
-    use pyo3::exceptions::{PyTypeError, PyValueError};
+    use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
     use pyo3::prelude::*;
     use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
-    use crate::error::Rejection;
+    use crate::error::{Rejection, UpstreamFault};
     use crate::http1;
     use crate::otlp;
     use crate::passthrough;
@@ -27,26 +27,59 @@ mod binding {
         _core,
         RequestError,
         PyValueError,
-        "A request the gateway refuses: .status, .type, .code, .param, message in args[0]."
+        "A client request the gateway refuses: .status, .type, .code, .param, message in args[0]."
     );
 
-    /// The one place a `Rejection` becomes a Python exception.
-    fn to_py(r: Rejection) -> PyErr {
+    create_exception!(
+        _core,
+        UpstreamProtocolError,
+        PyException,
+        "An upstream response that breaks HTTP/1.1 or SSE framing (never the client's fault): \
+         .code, message in args[0]."
+    );
+
+    /// Raise `err` with `attrs` set on the exception value.
+    fn with_attrs(err: PyErr, attrs: &[(&str, Bound<'_, PyAny>)]) -> PyErr {
         Python::attach(|py| {
-            let err = RequestError::new_err(r.message());
             let value = err.value(py);
-            let set = || -> PyResult<()> {
-                value.setattr("status", r.status())?;
-                value.setattr("type", r.error_type())?;
-                value.setattr("code", r.code())?;
-                value.setattr("param", r.param())?;
-                Ok(())
-            };
-            match set() {
-                Ok(()) => err,
-                Err(e) => e,
+            for (name, v) in attrs {
+                if let Err(e) = value.setattr(*name, v) {
+                    return e;
+                }
             }
+            err
         })
+    }
+
+    /// A `Rejection` is always a `RequestError` (its `status`, `code`... are exhaustive
+    /// matches in error.rs).
+    impl From<Rejection> for PyErr {
+        fn from(r: Rejection) -> PyErr {
+            Python::attach(|py| -> PyResult<PyErr> {
+                let attrs = [
+                    ("status", r.status().into_pyobject(py)?.into_any()),
+                    ("type", r.error_type().into_pyobject(py)?.into_any()),
+                    ("code", r.code().into_pyobject(py)?.into_any()),
+                    ("param", r.param().into_pyobject(py)?.into_any()),
+                ];
+                Ok(with_attrs(RequestError::new_err(r.message()), &attrs))
+            })
+            .unwrap_or_else(|e| e)
+        }
+    }
+
+    /// An `UpstreamFault` is always an `UpstreamProtocolError`.
+    impl From<UpstreamFault> for PyErr {
+        fn from(f: UpstreamFault) -> PyErr {
+            Python::attach(|py| -> PyResult<PyErr> {
+                let attrs = [("code", f.code().into_pyobject(py)?.into_any())];
+                Ok(with_attrs(
+                    UpstreamProtocolError::new_err(f.message()),
+                    &attrs,
+                ))
+            })
+            .unwrap_or_else(|e| e)
+        }
     }
 
     /// A validated chat or completions request, holding the body it was parsed from.
@@ -145,7 +178,7 @@ mod binding {
         let bytes = body
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
-        let inner = parse(bytes.as_bytes()).map_err(to_py)?;
+        let inner = parse(bytes.as_bytes())?;
         Ok(ParsedRequest {
             body: bytes.clone().unbind(),
             inner,
@@ -195,7 +228,7 @@ mod binding {
         let bytes = body
             .cast::<PyBytes>()
             .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
-        let inner = passthrough::parse_passthrough(bytes.as_bytes()).map_err(to_py)?;
+        let inner = passthrough::parse_passthrough(bytes.as_bytes())?;
         Ok(PassthroughRequest {
             body: bytes.clone().unbind(),
             inner,
@@ -246,7 +279,7 @@ mod binding {
         }
 
         fn feed(&mut self, py: Python<'_>, chunk: &[u8]) -> PyResult<Vec<SseEvent>> {
-            let events = self.inner.feed(chunk).map_err(to_py)?;
+            let events = self.inner.feed(chunk)?;
             Ok(events
                 .into_iter()
                 .map(|e| SseEvent {
@@ -272,9 +305,7 @@ mod binding {
         data: &[u8],
         cap: usize,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let out = py
-            .detach(|| otlp::gunzip_capped(data, cap))
-            .map_err(to_py)?;
+        let out = py.detach(|| otlp::gunzip_capped(data, cap))?;
         Ok(PyBytes::new(py, &out))
     }
 
@@ -320,7 +351,7 @@ mod binding {
     /// Decode a protobuf `ExportMetricsServiceRequest` (the shape is in _core.pyi).
     #[pyfunction]
     fn decode_otlp_metrics<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
-        let resources = py.detach(|| otlp::decode_metrics(data)).map_err(to_py)?;
+        let resources = py.detach(|| otlp::decode_metrics(data))?;
         let mut out = Vec::with_capacity(resources.len());
         for r in resources {
             let mut metrics = Vec::with_capacity(r.metrics.len());
@@ -440,12 +471,12 @@ mod binding {
         }
 
         fn feed(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<ResponseFeed> {
-            let p = self.inner.feed(data).map_err(to_py)?;
+            let p = self.inner.feed(data)?;
             Self::convert(py, p)
         }
 
         fn feed_eof(&mut self, py: Python<'_>) -> PyResult<ResponseFeed> {
-            let p = self.inner.feed_eof().map_err(to_py)?;
+            let p = self.inner.feed_eof()?;
             Self::convert(py, p)
         }
 
@@ -463,6 +494,10 @@ mod binding {
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("RequestError", m.py().get_type::<RequestError>())?;
+        m.add(
+            "UpstreamProtocolError",
+            m.py().get_type::<UpstreamProtocolError>(),
+        )?;
         m.add_class::<ParsedRequest>()?;
         m.add_class::<SseEvent>()?;
         m.add_class::<SseSplitter>()?;

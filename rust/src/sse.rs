@@ -6,9 +6,9 @@
 //! line ending). Comment lines are skipped, several `data:` lines join with `\n`,
 //! a blank line dispatches, and an event without data is not dispatched. The bytes held
 //! for the event being assembled are bounded: past `max_event_bytes` the stream is an
-//! upstream fault ([`Rejection::SseEventTooLarge`]), not a reason to grow memory.
+//! upstream fault ([`UpstreamFault::EventTooLarge`]), not a reason to grow memory.
 
-use crate::error::Rejection;
+use crate::error::UpstreamFault;
 
 /// Default bound on one event: far above any chat chunk, far below a memory problem.
 pub const DEFAULT_MAX_EVENT_BYTES: usize = 1 << 20;
@@ -53,7 +53,7 @@ impl SseSplitter {
         }
     }
 
-    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Event>, Rejection> {
+    pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Event>, UpstreamFault> {
         let mut out = Vec::new();
         let mut i = 0;
         if self.pending_cr && !chunk.is_empty() {
@@ -109,9 +109,9 @@ impl SseSplitter {
         incomplete
     }
 
-    fn check_bound(&self) -> Result<(), Rejection> {
+    fn check_bound(&self) -> Result<(), UpstreamFault> {
         if self.line.len() + self.current.data.len() > self.max_event_bytes {
-            Err(Rejection::SseEventTooLarge {
+            Err(UpstreamFault::EventTooLarge {
                 limit: self.max_event_bytes,
             })
         } else {
