@@ -8,8 +8,9 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import h11
 import trio
+
+from edgegw import plainhttp
 
 
 @dataclass(frozen=True)
@@ -50,56 +51,19 @@ class EchoUpstream:
         if ssl_context is not None:
             listeners = [trio.SSLListener(x, ssl_context, https_compatible=True) for x in listeners]
         task_status.started(self.port)
-        await trio.serve_listeners(self._connection, listeners)
+        server = plainhttp.Server("echo upstream", self._answer)
+        await trio.serve_listeners(server.serve_connection, listeners)
 
-    async def _connection(self, stream: trio.abc.Stream) -> None:
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request, body = None, b""
-                while True:
-                    event = conn.next_event()
-                    if event is h11.NEED_DATA:
-                        data = await stream.receive_some(65536)
-                        conn.receive_data(data)
-                        continue
-                    if isinstance(event, h11.Request):
-                        request = event
-                    elif isinstance(event, h11.Data):
-                        body += bytes(event.data)
-                    elif isinstance(event, h11.EndOfMessage):
-                        break
-                    elif isinstance(event, h11.ConnectionClosed):
-                        return
-                assert request is not None
-                seen = Seen(
-                    request.method.decode(),
-                    request.target.decode(),
-                    {k.decode(): v.decode() for k, v in request.headers},
-                    body,
-                )
-                self.seen.append(seen)
-                answer = self.answer(seen)
-                headers = list(answer.headers)
-                if answer.chunks is None:
-                    headers.append(("content-length", str(len(answer.body))))
-                out = conn.send(h11.Response(status_code=answer.status, headers=headers))
-                if answer.chunks is None:
-                    out += conn.send(h11.Data(data=answer.body)) if answer.body else b""
-                    await stream.send_all(out + conn.send(h11.EndOfMessage()))
-                else:
-                    await stream.send_all(out)
-                    for piece in answer.chunks:
-                        await trio.sleep(answer.gap_s)
-                        await stream.send_all(conn.send(h11.Data(data=piece)))
-                    await stream.send_all(conn.send(h11.EndOfMessage()))
-                conn.start_next_cycle()
-        except (
-            h11.ProtocolError,
-            trio.BrokenResourceError,
-            trio.ClosedResourceError,
-            ssl.SSLError,
-        ):
-            pass
-        finally:
-            await stream.aclose()
+    async def _answer(self, request: plainhttp.Request, out: plainhttp.Responder) -> None:
+        seen = Seen(request.method, request.target, request.headers, request.body or b"")
+        self.seen.append(seen)
+        answer = self.answer(seen)
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers]
+        if answer.chunks is None:
+            await out.send(answer.status, headers, answer.body)
+            return
+        await out.start(answer.status, headers)
+        for piece in answer.chunks:
+            await trio.sleep(answer.gap_s)
+            await out.send_data(piece)
+        await out.end()

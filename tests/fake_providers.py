@@ -1,4 +1,4 @@
-"""A scriptable fake of the fourteen providers' model-list APIs: Trio + h11 on loopback.
+"""A scriptable fake of the fourteen providers' model-list APIs: edgegw/plainhttp.py on loopback.
 
 One server plays every provider, each under its own path prefix: `fake.env(...)` points
 `<ID>_API_URL` at `http://127.0.0.1:<port>/<id><the provider's real base path>` and sets a
@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import h11
 import orjson
 import trio
+
+from edgegw import plainhttp
 
 ACCOUNT = "acct-0123"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -214,56 +215,28 @@ class FakeProviders:
         return sum(1 for r in self.requests if r.provider == pid and r.path.split("?")[0] == want)
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started(self.port)
-        await trio.serve_listeners(self._serve_connection, listeners)
+        server = plainhttp.Server("fake providers", self._answer_request)
+        async with trio.open_nursery() as nursery:
+            self.port = await nursery.start(server.serve_tcp, "127.0.0.1", 0)
+            task_status.started(self.port)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        conn = h11.Connection(h11.SERVER)
-        async with stream:
-            try:
-                while True:
-                    request = await _next_event(stream, conn)
-                    if not isinstance(request, h11.Request):
-                        return
-                    body = b""
-                    while isinstance(event := await _next_event(stream, conn), h11.Data):
-                        body += event.data
-                    if not isinstance(event, h11.EndOfMessage):
-                        return
-                    reply = self._answer(request, body)
-                    self.runtime_in_flight += reply.runtime
-                    self.runtime_max_in_flight = max(
-                        self.runtime_max_in_flight, self.runtime_in_flight
-                    )
-                    try:
-                        await trio.sleep(reply.delay_s)
-                        if reply.hang:
-                            await trio.sleep_forever()
-                    finally:
-                        self.runtime_in_flight -= reply.runtime
-                    headers = [
-                        ("content-type", "application/json"),
-                        ("content-length", str(len(reply.body))),
-                    ]
-                    await stream.send_all(
-                        conn.send(h11.Response(status_code=reply.status, headers=headers))
-                        + conn.send(h11.Data(data=reply.body))
-                        + conn.send(h11.EndOfMessage())
-                    )
-                    if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                        return
-                    conn.start_next_cycle()
-            except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
-                return
+    async def _answer_request(self, request: plainhttp.Request, out: plainhttp.Responder) -> None:
+        reply = self._answer(request)
+        self.runtime_in_flight += reply.runtime
+        self.runtime_max_in_flight = max(self.runtime_max_in_flight, self.runtime_in_flight)
+        try:
+            await trio.sleep(reply.delay_s)
+            if reply.hang:
+                await trio.sleep_forever()
+        finally:
+            self.runtime_in_flight -= reply.runtime
+        await out.send(reply.status, [(b"content-type", b"application/json")], reply.body)
 
-    def _answer(self, request: h11.Request, body: bytes) -> _Reply:
-        target = request.target.decode()
-        pid, _, rest = target.lstrip("/").partition("/")
+    def _answer(self, request: plainhttp.Request) -> _Reply:
+        body = request.body or b""
+        pid, _, rest = request.target.lstrip("/").partition("/")
         path = "/" + rest
-        headers = {k.decode().lower(): v.decode() for k, v in request.headers}
-        method = request.method.decode()
+        headers, method = request.headers, request.method
         if pid == "files" and rest in self.files:
             return _Reply(200, self.files[rest])
         if pid not in LAYOUTS:
@@ -364,11 +337,3 @@ def _list(pid: str, script: Script, query: dict[str, str]) -> bytes:
 
 def _error(message: str) -> bytes:
     return orjson.dumps({"error": {"message": f"fake provider: {message}", "type": "error"}})
-
-
-async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        conn.receive_data(await stream.receive_some(65536))

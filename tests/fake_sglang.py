@@ -1,6 +1,7 @@
 """A fake of ONE SGLang worker (``python -m sglang.launch_server``): raw Trio + h11 on loopback,
-scriptable, recording. Modelled on edgegw/bench/mock.py: one ``h11.Connection`` per socket, one task per
-connection, bounded bodies, a watcher task that notices a client going away mid-response.
+scriptable, recording. Served as edgegw/bench/mock.py is, by edgegw/plainhttp.py: one
+``h11.Connection`` per socket, one task per connection, bounded bodies, a watcher task that
+notices a client going away mid-response.
 
 Start it with ``port = await nursery.start(fake.serve)``; change ``fake.script`` (a mutable
 ``Script``) between requests; read ``fake.requests`` (``Recorded``: method, path with query,
@@ -109,24 +110,22 @@ cut by the TypeError path.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import partial
 from http import HTTPStatus
 from typing import Any
 
-import h11
 import orjson
 import trio
 
-log = logging.getLogger(__name__)
+from edgegw import plainhttp
 
 # Large enough for data-URI images, small enough that one connection cannot make the fake hold much.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-RECEIVE_BYTES = 64 * 1024
 MAX_RECORDED = 1000  # enough history for any test
 WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while",
          "edge", "gateways", "stream", "tokens", "to", "clients")  # fmt: skip
@@ -216,7 +215,6 @@ class _Reply:
     body: bytes = b""
     content_type: bytes | None = _JSON
     headers: tuple[tuple[bytes, bytes], ...] = ()
-    close: bool = False  # add `connection: close` (the caller then closes)
 
 
 @dataclass(slots=True)
@@ -265,29 +263,8 @@ class _Generation:
         event.set()
 
 
-class _Out:
-    """One response on one connection: h11 frames what the renderers produce."""
-
-    def __init__(self, stream: trio.SocketStream, conn: h11.Connection) -> None:
-        self._stream = stream
-        self._conn = conn
-
-    async def reply(self, reply: _Reply) -> None:
-        await self._stream.send_all(_render(self._conn, "POST", reply))
-
-    async def open_stream(self) -> None:
-        head = h11.Response(status_code=200, headers=_SSE_HEADERS, reason=b"OK")
-        await self._stream.send_all(self._conn.send(head) or b"")
-
-    async def data(self, data: bytes) -> None:
-        if data:
-            await self._stream.send_all(self._conn.send(h11.Data(data=data)) or b"")
-
-    async def end_stream(self) -> None:
-        await self._stream.send_all(self._conn.send(h11.EndOfMessage()) or b"")
-
-
-Work = Callable[[_Out], Awaitable[bool]]  # True: delivered; False: the connection must be cut
+# Delivers a generation. True: delivered; False: the connection must be cut.
+Work = Callable[[plainhttp.Responder], Awaitable[bool]]
 
 
 class FakeSGLang:
@@ -295,14 +272,18 @@ class FakeSGLang:
 
     def __init__(self, script: Script | None = None) -> None:
         self.script = script if script is not None else Script()
-        self.port = 0
         self.requests: list[Recorded] = []
         self.aborted_rids: list[str] = []  # the rid of every /abort_request, matched or not
         self.active_rids: set[str] = set()  # ids of the candidates generating now
         self.disconnects = 0  # responses the client left before their last byte
         self.crashes = 0  # connections cut: crash_after_tokens, or a stream's TypeError path
         self.generations = 0  # generations started (/generate and /v1/*)
-        self.open_connections = 0
+        self._server = plainhttp.Server(
+            "fake SGLang",
+            self._answer,
+            limits=plainhttp.Limits(max_head_bytes=64 * 1024, max_body_bytes=MAX_BODY_BYTES),
+            render_error=_render_error,
+        )
         self._running: dict[str, _Candidate] = {}
         self._generations: dict[_Candidate, _Generation] = {}
         self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], Any]] = {
@@ -320,57 +301,35 @@ class FakeSGLang:
         }
         self._paths = {path for _, path in self._routes}
 
-    async def serve(
-        self,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        *,
-        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Listen and serve forever; task_status.started(port) once listening."""
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started(self.port)
-        await trio.serve_listeners(self._serve_connection, listeners)
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on a free port of 127.0.0.1 and serve forever; task_status.started(port)."""
+        await self._server.serve_tcp("127.0.0.1", 0, task_status=task_status)
 
-    # ---- connections -------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        return self._server.port
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        self.open_connections += 1
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
-        try:
-            while await self._serve_request(stream, conn):
-                conn.start_next_cycle()
-        except h11.RemoteProtocolError as exc:
-            await _send_quietly(stream, conn, exc.error_status_hint)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        except Exception:  # a bug in the fake: answer 500 rather than kill the whole server
-            log.exception("fake SGLang: unexpected error, closing the connection")
-            await _send_quietly(stream, conn, 500)
-        finally:
-            self.open_connections -= 1
-            await stream.aclose()
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections
 
-    async def _serve_request(self, stream: trio.SocketStream, conn: h11.Connection) -> bool:
-        """Read one request and answer it; return whether the connection can serve another."""
-        event = await _next_event(stream, conn)
-        if not isinstance(event, h11.Request):
-            return False  # the client closed between requests
-        method = event.method.decode("ascii")
-        target = event.target.decode("latin-1")
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
-        raw = await _read_body(stream, conn, headers)
-        self._record(method, target, headers, raw or b"")
+    # ---- requests ----------------------------------------------------------------------------
+
+    async def _answer(self, request: plainhttp.Request, out: plainhttp.Responder) -> None:
+        raw = request.body
+        self._record(request.method, request.target, request.headers, raw or b"")
         if raw is None:
-            reply = replace(_detail(413, "Request Entity Too Large"), close=True)
-            await stream.send_all(_render(conn, method, reply))
-            return False
-        answer = self._route(method, target.partition("?")[0], headers, raw)
+            await _send(out, _detail(413, "Request Entity Too Large"))
+            return
+        answer = self._route(request.method, request.path, request.headers, raw)
         if isinstance(answer, _Reply):
-            await stream.send_all(_render(conn, method, answer))
-            return _reusable(conn)
-        return await self._deliver(stream, conn, answer) and _reusable(conn)
+            await _send(out, answer)
+            return
+        outcome = await out.watch_client(partial(answer, out))
+        if outcome is None:  # the client went away first
+            self.disconnects += 1
+        elif not outcome:
+            self.crashes += 1
 
     def _record(self, method: str, target: str, headers: dict[str, str], raw: bytes) -> None:
         try:
@@ -394,36 +353,6 @@ class FakeSGLang:
                 return _detail(405, "Method Not Allowed")
             return _detail(404, "Not Found")
         return handler(headers, raw)
-
-    async def _deliver(self, stream: trio.SocketStream, conn: h11.Connection, work: Work) -> bool:
-        """Run a generation's delivery while a watcher reads the socket; True if it completed."""
-        outcome: bool | None = None  # stays None when the client went away first
-        async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                pipelined = 0
-                while pipelined <= MAX_BODY_BYTES:  # then stop reading: back-pressure
-                    try:
-                        data = await stream.receive_some(RECEIVE_BYTES)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        data = b""
-                    if not data:
-                        nursery.cancel_scope.cancel()
-                        return
-                    conn.receive_data(data)  # a pipelined next request: h11 keeps it
-                    pipelined += len(data)
-
-            nursery.start_soon(watch)
-            try:
-                outcome = await work(_Out(stream, conn))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            nursery.cancel_scope.cancel()
-        if outcome is None:
-            self.disconnects += 1
-        elif not outcome:
-            self.crashes += 1
-        return bool(outcome)
 
     # ---- simple endpoints --------------------------------------------------------------------
 
@@ -595,7 +524,7 @@ class FakeSGLang:
     # ---- running a generation ----------------------------------------------------------------
 
     async def _run(
-        self, gen: _Generation, render: _NativeRender | _OpenAIRender, out: _Out
+        self, gen: _Generation, render: _NativeRender | _OpenAIRender, out: plainhttp.Responder
     ) -> bool:
         """Generate and deliver; True when complete, False when crash_after_tokens cut it."""
         self.generations += 1
@@ -605,17 +534,17 @@ class FakeSGLang:
             self.active_rids.add(c.rid)
         try:
             if gen.stream:
-                await out.open_stream()
+                await out.start(200, _SSE_HEADERS)
 
                 async def update(c: _Candidate) -> None:
                     if c.finish is not None:
                         self._release(c)  # as SGLang drops a request's state on its last output
-                    await out.data(render.event(c))
+                    await out.send_data(render.event(c))
 
                 if not await _drive(gen, update):
                     return False
-                await out.data(render.tail())
-                await out.end_stream()
+                await out.send_data(render.tail())
+                await out.end()
                 return True
 
             async def finished(c: _Candidate) -> None:
@@ -624,7 +553,7 @@ class FakeSGLang:
 
             if not await _drive(gen, finished):
                 return False  # a crash: no response at all
-            await out.reply(render.final())
+            await _send(out, render.final())
             return True
         finally:
             for c in gen.candidates:
@@ -1209,84 +1138,28 @@ def _native_failure(status: int) -> _Reply:
 def _stream_then(body: bytes | None) -> Work:
     """A 200 event stream that only carries `body` (None: cut the connection after the head)."""
 
-    async def work(out: _Out) -> bool:
-        await out.open_stream()
+    async def work(out: plainhttp.Responder) -> bool:
+        await out.start(200, _SSE_HEADERS)
         if body is None:
             return False
-        await out.data(body)
-        await out.end_stream()
+        await out.send_data(body)
+        await out.end()
         return True
 
     return work
 
 
-def _reusable(conn: h11.Connection) -> bool:
-    return conn.our_state is h11.DONE and conn.their_state is h11.DONE
-
-
-async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        if conn.they_are_waiting_for_100_continue:
-            await stream.send_all(
-                conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
-            )
-        conn.receive_data(await stream.receive_some(RECEIVE_BYTES))
-
-
-async def _read_body(
-    stream: trio.SocketStream, conn: h11.Connection, headers: dict[str, str]
-) -> bytes | None:
-    """The request body, or None when it is over MAX_BODY_BYTES (the rest is left unread)."""
-    if int(headers.get("content-length", "0")) > MAX_BODY_BYTES:
-        return None  # h11 has already checked that the header is all digits
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        event = await _next_event(stream, conn)
-        if isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > MAX_BODY_BYTES:
-                return None
-            parts.append(event.data)
-        elif isinstance(event, h11.EndOfMessage):
-            return b"".join(parts)
-        else:  # ConnectionClosed mid-body makes h11 raise; nothing else can come here
-            raise h11.RemoteProtocolError("request body ended early")
-
-
-def _render(conn: h11.Connection, method: str, reply: _Reply) -> bytes:
-    """A whole response as bytes (no body for HEAD)."""
-    headers = [(b"server", b"uvicorn"), (b"content-length", b"%d" % len(reply.body))]
+async def _send(out: plainhttp.Responder, reply: _Reply) -> None:
+    """A whole response (no body for HEAD)."""
+    headers = [(b"server", b"uvicorn")]
     if reply.content_type is not None:
         headers.append((b"content-type", reply.content_type))
     if reply.status == 405:
         headers.append((b"allow", b"GET, POST, PUT"))
-    headers.extend(reply.headers)
-    if reply.close:
-        headers.append((b"connection", b"close"))
-    out = conn.send(h11.Response(status_code=reply.status, headers=headers,
-                                 reason=_reason(reply.status))) or b""  # fmt: skip
-    if method != "HEAD" and reply.body:
-        out += conn.send(h11.Data(data=reply.body)) or b""
-    return out + (conn.send(h11.EndOfMessage()) or b"")
+    await out.send(reply.status, [*headers, *reply.headers], reply.body)
 
 
-async def _send_quietly(stream: trio.SocketStream, conn: h11.Connection, status: int) -> None:
-    """Best effort error answer on a connection about to close."""
-    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-        return
-    try:
-        reply = replace(_detail(status, HTTPStatus(status).phrase), close=True)
-        await stream.send_all(_render(conn, "GET", reply))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
-        pass
-
-
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        return b""
+def _render_error(status: int) -> tuple[plainhttp.Headers, bytes]:
+    """The answer to a malformed request (its status) or to a bug in the fake (500)."""
+    reply = _detail(status, HTTPStatus(status).phrase)
+    return [(b"server", b"uvicorn"), (b"content-type", _JSON)], reply.body

@@ -1,8 +1,9 @@
 """A mock OpenAI-compatible upstream: raw Trio + h11, no network beyond loopback, no keys.
 
-It backs `edgegw demo`, the benchmarks (so it is a bare h11 loop, not an ASGI server: one
-``h11.Connection`` per socket reused with ``start_next_cycle()``, keep-alive, ``TCP_NODELAY``) and
-the tests (it records every request and can be scripted to fail).
+It backs `edgegw demo`, the benchmarks (so it is a bare h11 loop, edgegw/plainhttp.py, not an
+ASGI server: one ``h11.Connection`` per socket reused with ``start_next_cycle()``, keep-alive,
+``TCP_NODELAY``, which trio's SocketStream sets) and the tests (it records every request and can
+be scripted to fail).
 
 Endpoints:
 
@@ -59,27 +60,21 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import logging
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from http import HTTPStatus
 from typing import Any
 
-import h11
 import orjson
 import trio
 
-log = logging.getLogger(__name__)
+from edgegw import plainhttp
 
 # OpenAI rejects bodies well below this; anything larger is a client bug, and the cap bounds what
 # one connection can make the mock hold in memory.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-# One read per receive_some: a typical request (< 2 KiB) arrives whole, a large one in few reads.
-RECEIVE_BYTES = 64 * 1024
 # Enough history for any test, bounded so a benchmark sending millions of requests stays small.
 MAX_RECORDED = 1000
 # OpenAI's own upper bound on `n`.
@@ -188,8 +183,12 @@ class MockUpstream:
         self.config = config  # tests may replace it between requests
         self.requests: list[RecordedRequest] = []
         self.stream_disconnects = 0
-        self.open_connections = 0
-        self.port = 0
+        self._server = plainhttp.Server(
+            "mock upstream",
+            self._answer,
+            limits=plainhttp.Limits(max_body_bytes=MAX_BODY_BYTES),
+            render_error=_render_error,
+        )
         self._served = 0  # ids of completions
         self._error_debt = 0.0  # the error_rate accumulator
         self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], _Reply]] = {
@@ -212,49 +211,31 @@ class MockUpstream:
         Give an IP address: with port 0, a name resolving to several addresses would get one
         port per address, and only the first is reported.
         """
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        self.port = listeners[0].socket.getsockname()[1]
-        task_status.started(self.port)
-        await trio.serve_listeners(self._serve_connection, listeners)
+        await self._server.serve_tcp(host, port, task_status=task_status)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        # trio's SocketStream sets this already; the benchmarks depend on it, so say it here too.
-        stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)
-        self.open_connections += 1
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while await self._serve_request(stream, conn):
-                conn.start_next_cycle()
-        except h11.RemoteProtocolError as exc:
-            await _send_quietly(stream, conn, exc.error_status_hint, "malformed HTTP request")
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        except Exception:
-            log.exception("mock upstream: unexpected error, closing the connection")
-            await _send_quietly(stream, conn, 500, "internal error in the mock")
-        finally:
-            self.open_connections -= 1
-            await stream.aclose()
+    @property
+    def port(self) -> int:
+        return self._server.port
 
-    async def _serve_request(self, stream: trio.SocketStream, conn: h11.Connection) -> bool:
-        """Read one request and answer it; return whether the connection can serve another."""
-        event = await _next_event(stream, conn)
-        if not isinstance(event, h11.Request):
-            return False  # the client closed between requests
-        method = event.method.decode("ascii")
-        target = event.target.decode("latin-1")
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
-        body = await _read_body(stream, conn, headers)
-        self._record(RecordedRequest(method, target, headers, body or b""))
-        if body is None:
-            await stream.send_all(_render(conn, method, _error(413, "body too large"), close=True))
-            return False
-        reply = self._route(method, target.partition("?")[0], headers, body)
+    @property
+    def open_connections(self) -> int:
+        return self._server.open_connections
+
+    async def _answer(self, request: plainhttp.Request, out: plainhttp.Responder) -> None:
+        self._record(
+            RecordedRequest(request.method, request.target, request.headers, request.body or b"")
+        )
+        if request.body is None:
+            await _send(out, _error(413, "body too large"))
+            return
+        reply = self._route(request.method, request.path, request.headers, request.body)
         if not reply.delay_s and not reply.hang and reply.sse is None:
-            await stream.send_all(_render(conn, method, reply))
-        elif not await self._deliver_watched(stream, conn, method, reply):
-            return False
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
+            await _send(out, reply)
+            return
+        # It waits or streams: the client may go away meanwhile.
+        complete = await out.watch_client(partial(_send_reply, out, reply))
+        if complete is None and reply.sse is not None:
+            self.stream_disconnects += 1
 
     def _record(self, request: RecordedRequest) -> None:
         if len(self.requests) >= MAX_RECORDED:
@@ -369,77 +350,8 @@ class MockUpstream:
         body_out = orjson.dumps({**head, "choices": choices, "usage": usage})
         return _Reply(200, body_out, delay_s=delay_s, hang=hang)
 
-    async def _deliver_watched(
-        self, stream: trio.SocketStream, conn: h11.Connection, method: str, reply: _Reply
-    ) -> bool:
-        """Deliver a reply that waits or streams, watching for the client going away.
 
-        Return whether the connection stays usable: False when the client left, or the script
-        broke the stream on purpose.
-        """
-        complete: bool | None = None  # stays None if the client went away first
-        async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                pipelined = 0
-                while pipelined <= MAX_BODY_BYTES:  # then stop reading: back-pressure the client
-                    try:
-                        data = await stream.receive_some(RECEIVE_BYTES)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        data = b""
-                    if not data:
-                        nursery.cancel_scope.cancel()
-                        return
-                    conn.receive_data(data)  # a pipelined next request: h11 keeps it for later
-                    pipelined += len(data)
-
-            nursery.start_soon(watch)
-            try:
-                complete = await _send_reply(stream, conn, method, reply)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-            nursery.cancel_scope.cancel()
-        if complete is None and reply.sse is not None:
-            self.stream_disconnects += 1
-        return bool(complete)
-
-
-async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        if conn.they_are_waiting_for_100_continue:
-            await stream.send_all(
-                conn.send(h11.InformationalResponse(status_code=100, headers=[])) or b""
-            )
-        conn.receive_data(await stream.receive_some(RECEIVE_BYTES))
-
-
-async def _read_body(
-    stream: trio.SocketStream, conn: h11.Connection, headers: dict[str, str]
-) -> bytes | None:
-    """The request body, or None when it is over MAX_BODY_BYTES (the rest is left unread)."""
-    if int(headers.get("content-length", "0")) > MAX_BODY_BYTES:
-        return None  # h11 has already checked that the header is all digits
-    parts: list[bytes] = []
-    size = 0
-    while True:
-        event = await _next_event(stream, conn)
-        if isinstance(event, h11.Data):
-            size += len(event.data)
-            if size > MAX_BODY_BYTES:
-                return None
-            parts.append(event.data)
-        elif isinstance(event, h11.EndOfMessage):
-            return b"".join(parts)
-        else:  # ConnectionClosed mid-body makes h11 raise; nothing else can come here
-            raise h11.RemoteProtocolError("request body ended early")
-
-
-async def _send_reply(
-    stream: trio.SocketStream, conn: h11.Connection, method: str, reply: _Reply
-) -> bool:
+async def _send_reply(out: plainhttp.Responder, reply: _Reply) -> bool:
     """Wait, then send; return False when a script broke the stream on purpose."""
     if reply.delay_s:
         await trio.sleep(reply.delay_s)
@@ -447,20 +359,19 @@ async def _send_reply(
         await trio.sleep_forever()
     sse = reply.sse
     if sse is None:
-        await stream.send_all(_render(conn, method, reply))
+        await _send(out, reply)
         return True
-    head = h11.Response(status_code=200, headers=_SSE_HEADERS, reason=b"OK")
-    await stream.send_all(conn.send(head) or b"")
+    await out.start(200, _SSE_HEADERS)
     # Paced against absolute times, so timer rounding does not add up over a stream.
     due = trio.current_time()
     for delay_s, event in _sse_events(sse):
         if delay_s:
             due += delay_s
             await trio.sleep_until(due)
-        await stream.send_all(conn.send(h11.Data(data=event)) or b"")
+        await out.send_data(event)
     if sse.break_after is not None:
         return False
-    await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+    await out.end()
     return True
 
 
@@ -508,33 +419,17 @@ def _sse_events(sse: _Sse) -> Iterator[tuple[float, bytes]]:
     yield 0.0, _DONE
 
 
-def _render(conn: h11.Connection, method: str, reply: _Reply, *, close: bool = False) -> bytes:
-    """A whole JSON response as bytes (no body for HEAD)."""
-    headers = [_JSON, (b"content-length", b"%d" % len(reply.body)), *reply.headers]
-    if close:
-        headers.append((b"connection", b"close"))
-    out = (
-        conn.send(
-            h11.Response(status_code=reply.status, headers=headers, reason=_reason(reply.status))
-        )
-        or b""
+async def _send(out: plainhttp.Responder, reply: _Reply) -> None:
+    """A whole JSON reply."""
+    await out.send(reply.status, [_JSON, *reply.headers], reply.body)
+
+
+def _render_error(status: int) -> tuple[plainhttp.Headers, bytes]:
+    """The answer to a malformed request (its status) or to a bug in the mock (500)."""
+    reply = _error(
+        status, "internal error in the mock" if status == 500 else "malformed HTTP request"
     )
-    if method != "HEAD":
-        out += conn.send(h11.Data(data=reply.body)) or b""
-    return out + (conn.send(h11.EndOfMessage()) or b"")
-
-
-async def _send_quietly(
-    stream: trio.SocketStream, conn: h11.Connection, status: int, message: str
-) -> None:
-    """Best effort error answer on a connection about to close."""
-    # IDLE too: h11 lets a server answer a request line it could not parse.
-    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-        return
-    try:
-        await stream.send_all(_render(conn, "GET", _error(status, message), close=True))
-    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
-        pass
+    return [_JSON, *reply.headers], reply.body
 
 
 def _error(
@@ -558,13 +453,6 @@ def _error(
     )
     headers = ((b"retry-after", b"%d" % RETRY_AFTER_S),) if status == 429 else ()
     return _Reply(status, body, headers)
-
-
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode("ascii")
-    except ValueError:
-        return b""
 
 
 def _parse_script(model: str) -> tuple[str, int] | None:

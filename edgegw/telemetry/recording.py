@@ -1,24 +1,18 @@
-"""Telemetry: the gateway's own Prometheus metrics, the OTLP metrics push endpoint
-(POST /v1/metrics) that adds to them, and the scrape server on TELEMETRY_METRICS_PORT.
+"""Telemetry: the gateway's own Prometheus metrics and the OTLP metrics push endpoint
+(POST /v1/metrics) that adds to them.
 
 The instruments are in edgegw/telemetry/instruments.py (names and buckets as in inference-gateway,
-bounded label cardinality), the push rules in edgegw/telemetry/otlp.py.
-
-The scrape server answers `GET /metrics` (and HEAD) with the exposition text (OpenMetrics
-when the scraper asks for it), 404 for any other path. It binds `SERVER_HOST` (default
-127.0.0.1), not every interface as inference-gateway does: metrics name providers, models
-and teams, so exposing them is an explicit choice (`SERVER_HOST=0.0.0.0`).
+bounded label cardinality), the push rules in edgegw/telemetry/otlp.py, the scrape endpoint on
+TELEMETRY_METRICS_PORT in edgegw/telemetry/scrape.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import logging
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import h11
 import trio
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -38,6 +32,7 @@ from edgegw.telemetry.instruments import (
     open_instruments,
 )
 from edgegw.telemetry.otlp import Resource, decode_json
+from edgegw.telemetry.scrape import metrics_server
 
 log = logging.getLogger("edgegw.telemetry")
 
@@ -48,16 +43,6 @@ JSON = "application/json"
 OFFLOAD_BYTES = 64 * 1024
 # Worker threads decoding pushes or rendering scrapes at once: the machines have two cores.
 WORKER_THREADS = 2
-
-# Scrape server limits. A scrape request is a request line and a few headers.
-MAX_SCRAPE_HEAD_BYTES = 16 * 1024
-MAX_SCRAPE_BODY_BYTES = 64 * 1024
-MAX_SCRAPE_CONNECTIONS = 64
-# One request cycle (waiting for it on a kept-alive connection, reading it, writing the
-# answer) must finish in this time, else the connection is closed: inference-gateway's
-# metrics server uses 10 s read/write and 30 s idle timeouts.
-SCRAPE_CYCLE_TIMEOUT_S = 30.0
-RECEIVE_BYTES = 64 * 1024
 
 T = TypeVar("T")
 
@@ -72,7 +57,6 @@ class Telemetry:
         self.instruments = open_instruments(self.registry, max_series)
         # The scrape server's port once it listens (useful with TELEMETRY_METRICS_PORT=0).
         self.metrics_port: int | None = None
-        self._scrape_connections = 0
         self._worker_limiter = trio.CapacityLimiter(WORKER_THREADS)
 
     @property
@@ -150,125 +134,25 @@ class Telemetry:
     async def _offload(self, fn: Callable[..., T], *args: Any) -> T:
         return await trio.to_thread.run_sync(fn, *args, limiter=self._worker_limiter)
 
-    # --- the scrape server ------------------------------------------------------------
+    # --- the scrape endpoint ------------------------------------------------------------
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """(body, content type) of the metrics, in the format `accept` asks for."""
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 
-    async def render_scrape(self, accept: str, gzip_ok: bool) -> tuple[bytes, str, bool]:
-        """(body, content type, gzipped): a snapshot taken here, rendered (and gzipped
-        when the scraper accepts it) in a worker thread, so the event loop keeps going."""
-        encoder, content_type = choose_encoder(accept)
-        snapshot = Snapshot(self.instruments.values())
-
-        def render() -> bytes:
-            body = encoder(snapshot)
-            return gzip.compress(body, compresslevel=1) if gzip_ok else body
-
-        body = await trio.to_thread.run_sync(render, limiter=self._worker_limiter)
-        return body, content_type, gzip_ok
-
     async def serve_metrics(
         self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve Prometheus text at /metrics on TELEMETRY_METRICS_PORT (SERVER_HOST) until
-        cancelled; task_status.started(port) once listening."""
-        listeners = await trio.open_tcp_listeners(
-            self.settings.telemetry_metrics_port, host=self.settings.host
-        )
-        self.metrics_port = listeners[0].socket.getsockname()[1]
-        log.info("metrics on http://%s:%d/metrics", self.settings.host, self.metrics_port)
-        task_status.started(self.metrics_port)
-        await trio.serve_listeners(self._serve_scrapes, listeners)
+        """Serve /metrics (edgegw/telemetry/scrape.py) on TELEMETRY_METRICS_PORT (SERVER_HOST)
+        until cancelled; task_status.started(port) once listening."""
+        server = metrics_server(self._snapshot, self._worker_limiter)
+        host, port = self.settings.host, self.settings.telemetry_metrics_port
+        async with trio.open_nursery() as nursery:
+            self.metrics_port = await nursery.start(server.serve_tcp, host, port)
+            log.info("metrics on http://%s:%d/metrics", host, self.metrics_port)
+            task_status.started(self.metrics_port)
 
-    async def _serve_scrapes(self, stream: trio.SocketStream) -> None:
-        if self._scrape_connections >= MAX_SCRAPE_CONNECTIONS:
-            await stream.aclose()
-            return
-        self._scrape_connections += 1
-        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_SCRAPE_HEAD_BYTES)
-        try:
-            while True:
-                with trio.move_on_after(SCRAPE_CYCLE_TIMEOUT_S):
-                    if await self._answer_scrape(stream, conn):
-                        conn.start_next_cycle()
-                        continue
-                return
-        except h11.RemoteProtocolError as exc:
-            await _send_quietly(stream, conn, _plain(exc.error_status_hint, b"bad request\n"))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        except Exception:
-            log.exception("metrics server: unexpected error, closing the connection")
-        finally:
-            self._scrape_connections -= 1
-            await stream.aclose()
-
-    async def _answer_scrape(self, stream: trio.SocketStream, conn: h11.Connection) -> bool:
-        """Read one request and answer it; whether the connection can serve another."""
-        request = await _next_event(stream, conn)
-        if not isinstance(request, h11.Request):
-            return False
-        size = 0
-        while not isinstance(event := await _next_event(stream, conn), h11.EndOfMessage):
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > MAX_SCRAPE_BODY_BYTES:
-                    await _send_quietly(stream, conn, _plain(413, b"request body too large\n"))
-                    return False
-        path = request.target.partition(b"?")[0]
-        if path != b"/metrics":
-            reply = _plain(404, b"not found\n")
-        elif request.method not in (b"GET", b"HEAD"):
-            reply = _plain(405, b"method not allowed\n", ((b"allow", b"GET, HEAD"),))
-        else:
-            accept = b", ".join(v for k, v in request.headers if k == b"accept")
-            encodings = b", ".join(v for k, v in request.headers if k == b"accept-encoding")
-            body, content_type, gzipped = await self.render_scrape(
-                accept.decode("latin-1"), b"gzip" in encodings.lower()
-            )
-            headers = [(b"content-type", content_type.encode("latin-1"))]
-            if gzipped:
-                headers.append((b"content-encoding", b"gzip"))
-            reply = (200, headers, body)
-        status, headers, body = reply
-        headers = [*headers, (b"content-length", b"%d" % len(body))]
-        out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
-        if request.method != b"HEAD":
-            out += conn.send(h11.Data(data=body)) or b""
-        out += conn.send(h11.EndOfMessage()) or b""
-        await stream.send_all(out)
-        return conn.our_state is h11.DONE and conn.their_state is h11.DONE
-
-
-_Reply = tuple[int, list[tuple[bytes, bytes]], bytes]
-
-
-def _plain(status: int, body: bytes, extra: tuple[tuple[bytes, bytes], ...] = ()) -> _Reply:
-    return status, [(b"content-type", b"text/plain; charset=utf-8"), *extra], body
-
-
-async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
-    while True:
-        event = conn.next_event()
-        if event is not h11.NEED_DATA:
-            return event
-        conn.receive_data(await stream.receive_some(RECEIVE_BYTES))
-
-
-async def _send_quietly(stream: trio.SocketStream, conn: h11.Connection, reply: _Reply) -> None:
-    """Best-effort answer on a connection about to close."""
-    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
-        return
-    status, headers, body = reply
-    headers = [*headers, (b"content-length", b"%d" % len(body)), (b"connection", b"close")]
-    try:
-        await stream.send_all(
-            (conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-            + (conn.send(h11.Data(data=body)) or b"")
-            + (conn.send(h11.EndOfMessage()) or b"")
-        )
-    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
-        pass
+    async def _snapshot(self) -> Snapshot:
+        """The instruments as they are now, to render in a worker thread."""
+        return Snapshot(self.instruments.values())
