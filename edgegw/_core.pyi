@@ -1,7 +1,32 @@
-"""Type stubs for edgegw's Rust core (rust/src/lib.rs)."""
+"""Type stubs for edgegw's Rust core (rust/src/lib.rs), checked against the built module by
+`python -m mypy.stubtest edgegw._core` (.ci/run). Every class but the two exceptions is a pyo3
+class: none can be subclassed (@final), only those with a `__new__` below can be constructed
+from Python, and their attributes are read-only (properties)."""
 
 from collections.abc import Sequence
-from typing import final
+from typing import Self, final
+
+__all__ = [
+    "RequestError",
+    "UpstreamProtocolError",
+    "ParsedRequest",
+    "SseEvent",
+    "SseSplitter",
+    "ResponseParser",
+    "ResponseFeed",
+    "ResponseHead",
+    "parse_chat_request",
+    "parse_completions_request",
+    "PassthroughRequest",
+    "parse_passthrough",
+    "MAX_JSON_DEPTH",
+    "gunzip_capped",
+    "decode_otlp_metrics",
+    "encode_otlp_metrics_response",
+    "OTLP_MAX_DECODED_BYTES",
+    "OTLP_MAX_DATA_POINTS",
+    "OTLP_MAX_ATTRIBUTES",
+]
 
 MAX_JSON_DEPTH: int
 
@@ -19,6 +44,7 @@ class UpstreamProtocolError(Exception):
 
     code: str  # upstream_event_too_large | bad_upstream_response | upstream_connection_lost
 
+@final
 class ParsedRequest:
     @property
     def endpoint(self) -> str: ...
@@ -53,15 +79,22 @@ class ParsedRequest:
 def parse_chat_request(body: bytes) -> ParsedRequest: ...
 def parse_completions_request(body: bytes) -> ParsedRequest: ...
 
+@final
 class SseEvent:
-    event: str | None
-    data: bytes
-    id: str | None
-    retry: int | None
-    is_done: bool
+    @property
+    def event(self) -> str | None: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def id(self) -> str | None: ...
+    @property
+    def retry(self) -> int | None: ...
+    @property
+    def is_done(self) -> bool: ...
 
+@final
 class SseSplitter:
-    def __init__(self, max_event_bytes: int = ...) -> None: ...
+    def __new__(cls, max_event_bytes: int = ...) -> Self: ...  # default 1 MiB
     def feed(self, chunk: bytes) -> list[SseEvent]: ...
     def finish(self) -> bool: ...
 
@@ -81,15 +114,17 @@ class ResponseFeed:
     @property
     def done(self) -> bool: ...
 
+@final
 class ResponseParser:
-    def __init__(self, head_request: bool = ...) -> None: ...
-    def feed(self, data: bytes) -> ResponseFeed: ...
+    def __new__(cls, head_request: bool = False) -> Self: ...
+    def feed(self, data: bytes | bytearray) -> ResponseFeed: ...
     def feed_eof(self) -> ResponseFeed: ...
     @property
     def reusable(self) -> bool: ...
     @property
     def done(self) -> bool: ...
 
+@final
 class PassthroughRequest:
     @property
     def model(self) -> str | None: ...

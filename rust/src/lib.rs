@@ -11,6 +11,8 @@ pub mod sse;
 
 #[cfg(feature = "python")]
 mod binding {
+    use std::borrow::Cow;
+
     use pyo3::create_exception;
     use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
     use pyo3::prelude::*;
@@ -470,8 +472,9 @@ mod binding {
             }
         }
 
-        fn feed(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<ResponseFeed> {
-            let p = self.inner.feed(data)?;
+        /// `data` may be bytes or a bytearray (trio's `receive_some()` is typed as either).
+        fn feed(&mut self, py: Python<'_>, data: Cow<'_, [u8]>) -> PyResult<ResponseFeed> {
+            let p = self.inner.feed(&data)?;
             Self::convert(py, p)
         }
 

@@ -412,7 +412,9 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         if ignored || name == "safety_identifier" {
             continue;
         }
-        if !m.value.is_null() && !(name == "logit_bias" && is_empty_object(&m.value)) {
+        // An empty logit_bias counts as absent.
+        let absent = m.value.is_null() || (name == "logit_bias" && is_empty_object(&m.value));
+        if !absent {
             p.fields.push(name);
         }
         p.spans.push((name, m.start, m.end));
@@ -758,28 +760,19 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
                 true
             }
         };
-        match field("tool_call_id") {
-            Some(id) if role == "tool" => {
-                if id.as_str().is_none_or(str::is_empty) {
-                    return Err(Rejection::invalid(
-                        format!("messages[{i}].tool_call_id"),
-                        "'tool_call_id' must be a non-empty string",
-                    ));
-                }
+        let tool_call_id_fault = match field("tool_call_id") {
+            Some(_) if role != "tool" => Some("'tool_call_id' is allowed only on tool messages"),
+            None if role == "tool" => Some("tool messages require 'tool_call_id'"),
+            Some(id) if id.as_str().is_none_or(str::is_empty) => {
+                Some("'tool_call_id' must be a non-empty string")
             }
-            Some(_) => {
-                return Err(Rejection::invalid(
-                    format!("messages[{i}].tool_call_id"),
-                    "'tool_call_id' is allowed only on tool messages",
-                ))
-            }
-            None if role == "tool" => {
-                return Err(Rejection::invalid(
-                    format!("messages[{i}].tool_call_id"),
-                    "tool messages require 'tool_call_id'",
-                ))
-            }
-            None => {}
+            _ => None,
+        };
+        if let Some(message) = tool_call_id_fault {
+            return Err(Rejection::invalid(
+                format!("messages[{i}].tool_call_id"),
+                message,
+            ));
         }
         match field("content") {
             None if role == "assistant" && has_tool_calls => {}

@@ -149,18 +149,14 @@ impl SseSplitter {
                 self.has_data = true;
             }
             b"event" => self.current.event = Some(String::from_utf8_lossy(value).into_owned()),
-            b"id" => {
-                if !value.contains(&0) {
-                    self.current.id = Some(String::from_utf8_lossy(value).into_owned());
-                }
+            // An id containing NUL is ignored (WHATWG), as is a retry that is not all digits.
+            b"id" if !value.contains(&0) => {
+                self.current.id = Some(String::from_utf8_lossy(value).into_owned());
             }
-            b"retry" => {
-                if !value.is_empty() && value.iter().all(u8::is_ascii_digit) {
-                    self.current.retry =
-                        std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
-                }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                self.current.retry = std::str::from_utf8(value).ok().and_then(|s| s.parse().ok());
             }
-            _ => {} // unknown fields are ignored
+            _ => {} // unknown fields, and the ignored values above
         }
     }
 
