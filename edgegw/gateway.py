@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgegw.bodies import BufferBudget
 from edgegw.exchange import DisconnectWatch
 from edgegw.local.contract import SdkVersionLog
 from edgegw.local.fleet import Fleet
@@ -62,6 +63,7 @@ def build_gateway(
             first_byte_timeout_s=settings.first_byte_timeout_s,
             idle_timeout_s=settings.idle_timeout_s,
             max_response_bytes=settings.max_response_bytes,
+            budget=BufferBudget(settings.response_buffer_budget_bytes),
         ),
         resolver=Resolver(settings, targets, fleet.models),
         fleet=fleet,

@@ -192,7 +192,16 @@ class Target:
     """A configured remote provider: where to send and with which credentials (built once
     per provider at start, so a request copies no header)."""
 
-    __slots__ = ("config", "provider", "origin", "auth", "json_headers", "sse_headers", "omit")
+    __slots__ = (
+        "config",
+        "provider",
+        "origin",
+        "auth",
+        "json_headers",
+        "sse_headers",
+        "omit",
+        "secret",
+    )
 
     def __init__(self, config: ProviderConfig) -> None:
         self.config = config
@@ -200,8 +209,13 @@ class Target:
         self.origin = Origin.from_url(config.url)
         self.auth = auth_headers(config.provider, config.key)
         ctype = (b"content-type", b"application/json")
-        self.json_headers = (ctype, (b"accept", b"application/json"), *self.auth)
-        self.sse_headers = (ctype, (b"accept", b"text/event-stream"), *self.auth)
+        # Bodies come back unencoded: edgegw relays them byte for byte (edgegw.bodies
+        # decodes a provider that compresses anyway).
+        identity = (b"accept-encoding", b"identity")
+        self.json_headers = (ctype, (b"accept", b"application/json"), identity, *self.auth)
+        self.sse_headers = (ctype, (b"accept", b"text/event-stream"), identity, *self.auth)
+        # Scrubbed from any upstream text relayed to a client.
+        self.secret = config.key.encode() if config.key else None
         # Request members never forwarded to this provider.
         self.omit = GATEWAY_ONLY_FIELDS + config.provider.omit_fields
 

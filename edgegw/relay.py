@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import orjson
 import trio
 
-from edgegw._core import RequestError as UpstreamProtocolError, SseSplitter
+from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
+from edgegw.bodies import BufferBudget, read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.upstream import Origin, Response, UpstreamPool
@@ -40,6 +41,8 @@ class UpstreamRequest:
     headers: Headers | list[tuple[bytes, bytes]]
     body: bytes
     method: bytes = b"POST"
+    # The provider's key: scrubbed from any upstream text relayed to the client.
+    secret: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,8 @@ class Exchanges:
     first_byte_timeout_s: float
     idle_timeout_s: float
     max_response_bytes: int
+    # Whole answers held by the process at once (bodies.BufferBudget).
+    budget: BufferBudget
 
     @contextmanager
     def open(self, call: Call, timeout_s: float) -> Iterator[Exchange]:
@@ -74,30 +79,37 @@ class Exchanges:
         """Non-streaming: the upstream's 2xx body as it was sent, or its error in the
         envelope (as the upstream sent it, with `raw_errors`)."""
         outcome = Outcome()
-        with self.open(call, self.first_byte_timeout_s) as ex:
-            resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
-            try:
-                ex.allow(self.idle_timeout_s)
-                payload = await resp.read(self.max_response_bytes)
-            finally:
-                await resp.aclose()
-        if not ex.raise_unless_answerable():
-            outcome.client_gone = True
+        charge = 0
+        try:
+            with self.open(call, self.first_byte_timeout_s) as ex:
+                resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+                try:
+                    ex.allow(self.idle_timeout_s)
+                    payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
+                finally:
+                    await resp.aclose()
+            if not ex.raise_unless_answerable():
+                outcome.client_gone = True
+                return outcome
+            ok = 200 <= resp.status < 300
+            if not ok:
+                payload = scrub(payload, up.secret)
+                if not raw_errors:
+                    raise upstream_error(resp.status, resp.headers, payload)
+            outcome.status = resp.status
+            if ok and (b'"usage"' in payload or b'"tool_calls"' in payload):
+                tap(payload, outcome, "message")
+            headers = [
+                (b"content-type", resp.header(b"content-type") or b"application/json"),
+                (b"content-length", b"%d" % len(payload)),
+            ]
+            if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
+                headers.append((b"retry-after", retry))
+            headers += response_headers
+            await call.respond(resp.status, headers, payload)
             return outcome
-        if not 200 <= resp.status < 300 and not raw_errors:
-            raise upstream_error(resp.status, resp.headers, payload)
-        outcome.status = resp.status
-        if b'"usage"' in payload or b'"tool_calls"' in payload:
-            tap(payload, outcome, "message")
-        headers = [
-            (b"content-type", resp.header(b"content-type") or b"application/json"),
-            (b"content-length", b"%d" % len(payload)),
-        ]
-        if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
-            headers.append((b"retry-after", retry))
-        headers += response_headers
-        await call.respond(resp.status, headers, payload)
-        return outcome
+        finally:
+            self.budget.give(charge)
 
     async def relay_sse(
         self,
@@ -117,10 +129,7 @@ class Exchanges:
             try:
                 if not 200 <= resp.status < 300:
                     ex.allow(self.idle_timeout_s)
-                    try:
-                        payload = await resp.read(MAX_ERROR_BODY)
-                    except GatewayError:
-                        payload = b""
+                    payload = await _error_body(resp, up.secret, self.budget)
                     if not raw_errors:
                         raise upstream_error(resp.status, resp.headers, payload)
                     outcome.status = resp.status
@@ -130,7 +139,7 @@ class Exchanges:
                 ex.scope.deadline = float("inf")
                 await writer.start()
                 try:
-                    await self._pump(resp, writer, outcome)
+                    await self._pump(resp, writer, outcome, up.secret)
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")
@@ -140,13 +149,19 @@ class Exchanges:
         await writer.settle(ex)
         return outcome
 
-    async def _pump(self, resp: Response, writer: SseWriter, outcome: Outcome) -> None:
+    async def _pump(
+        self, resp: Response, writer: SseWriter, outcome: Outcome, secret: bytes | None
+    ) -> None:
         splitter = SseSplitter()
         idle = self.idle_timeout_s
+        decoder = stream_decoder(resp.header(b"content-encoding"))
         while True:
             try:
                 with trio.fail_after(idle):
-                    chunk = await resp.receive_chunk()
+                    raw = await resp.receive_chunk()
+                if not raw:
+                    break
+                chunk = decoder.feed(raw)
             except trio.TooSlowError:
                 await writer.fail("upstream_timeout", "the upstream stream stalled")
                 return
@@ -154,7 +169,9 @@ class Exchanges:
                 await writer.fail(e.code, e.message)
                 return
             if not chunk:
-                break
+                continue
+            if secret and secret in chunk:
+                chunk = scrub(chunk, secret)
             try:
                 for event in splitter.feed(chunk):
                     outcome.events += 1
@@ -171,7 +188,7 @@ class Exchanges:
             return
         await writer.close()
 
-    async def relay_raw(self, call: Call, resp: Response) -> None:
+    async def relay_raw(self, call: Call, resp: Response, secret: bytes | None = None) -> None:
         """Status, headers and body as the upstream sends them, piece by piece (/proxy). A
         failure after the head ends the response without its terminator, so the client
         sees the truncation."""
@@ -179,6 +196,18 @@ class Exchanges:
         with self.open(call, float("inf")) as ex:
             try:
                 headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP_RESPONSE_HEADERS]
+                if resp.header(b"transfer-encoding") is not None:
+                    # The upstream framed its body by chunks: a Content-Length beside them
+                    # (RFC 9112 §6.3: to be ignored) must not frame the client's copy.
+                    headers = [(k, v) for k, v in headers if k != b"content-length"]
+                if resp.status >= 400 and secret:
+                    # An error answer is small: read whole, so the key can be scrubbed.
+                    ex.allow(self.idle_timeout_s)
+                    payload = await _error_body(resp, secret, self.budget)
+                    headers = [(k, v) for k, v in headers if k not in _REFRAMED]
+                    headers.append((b"content-length", b"%d" % len(payload)))
+                    await call.respond(resp.status, headers, payload)
+                    return
                 await call.send(
                     {"type": "http.response.start", "status": resp.status, "headers": headers}
                 )
@@ -201,6 +230,8 @@ class Exchanges:
             await call.send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+# Headers of the upstream's framing and coding, replaced when edgegw re-frames a body.
+_REFRAMED = frozenset({b"content-length", b"content-encoding"})
 HOP_BY_HOP_RESPONSE_HEADERS = frozenset(
     {
         b"connection",
@@ -286,3 +317,16 @@ def upstream_error(status: int, headers: list[tuple[bytes, bytes]], payload: byt
         param=param,
         headers=extra,
     )
+
+
+async def _error_body(resp: Response, secret: bytes | None, budget: BufferBudget) -> bytes:
+    """An upstream's error answer, read whole (at most MAX_ERROR_BODY), key scrubbed; b""
+    when it cannot be read."""
+    charge = 0
+    try:
+        payload, charge = await read_whole(resp, MAX_ERROR_BODY, budget)
+    except GatewayError:
+        return b""
+    finally:
+        budget.give(charge)
+    return scrub(payload, secret)

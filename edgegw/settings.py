@@ -45,8 +45,12 @@ class Settings:
     first_byte_timeout_s: float = 300.0
     # Longest silence between two pieces of a response body (stream chunks included).
     idle_timeout_s: float = 60.0
-    # Largest non-streaming upstream response held in memory.
-    max_response_bytes: int = 64 * 1024 * 1024
+    # Largest non-streaming upstream response held in memory (UPSTREAM_MAX_RESPONSE_SIZE):
+    # a chat answer is kilobytes; an image answer with base64 data a few megabytes.
+    max_response_bytes: int = 16 * 1024 * 1024
+    # Whole upstream answers held by one process at once, each charged twice its size
+    # (EDGEGW_RESPONSE_BUFFER_BUDGET); past it 503 `overloaded`.
+    response_buffer_budget_bytes: int = 256 * 1024 * 1024
     # Idle keep-alive connections kept per upstream host.
     pool_idle_per_host: int = 64
     models_timeout_s: float = 5.0
@@ -217,6 +221,12 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["max_in_flight"] = _int("EDGEGW_MAX_IN_FLIGHT", v, 1, 1_000_000)
     if v := env.get("EDGEGW_WORKERS"):
         kw["workers"] = _int("EDGEGW_WORKERS", v, 1, 1024)
+    if v := env.get("UPSTREAM_MAX_RESPONSE_SIZE"):
+        kw["max_response_bytes"] = _int("UPSTREAM_MAX_RESPONSE_SIZE", v, 64 * 1024, 1 << 30)
+    if v := env.get("EDGEGW_RESPONSE_BUFFER_BUDGET"):
+        kw["response_buffer_budget_bytes"] = _int(
+            "EDGEGW_RESPONSE_BUFFER_BUDGET", v, 1 << 20, 1 << 40
+        )
     if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
         kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
     if v := env.get("LOG_LEVEL"):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import orjson
 import trio
 
-from edgegw._core import ParsedRequest, SseSplitter, RequestError as UpstreamProtocolError
+from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, fail
 from edgegw.exchange import Outcome, SseWriter, StreamState

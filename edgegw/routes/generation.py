@@ -88,8 +88,12 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
         status = CLIENT_CLOSED if outcome.client_gone else outcome.status
         if outcome.client_gone:
             log.debug("client went away; upstream request to %s cancelled", provider)
+        elif outcome.error is not None:
+            log.warning("%s %.200r: stream ended with %.64r", provider, req.model, outcome.error)
     except GatewayError as e:
         status = e.status
+        if status >= 500:
+            log.warning("%s %.200r: %d %.64r", provider, req.model, status, e.code)
         raise
     except trio.Cancelled:
         status = CLIENT_CLOSED
@@ -131,6 +135,7 @@ async def _remote(
         target=target.path(provider.chat_path if chat else provider.completions_path),
         headers=target.sse_headers if req.stream else target.json_headers,
         body=req.upstream_body(remote.model, target.omit, rename=provider.renamed_fields),
+        secret=target.secret,
     )
     if req.stream:
         outcome = await gw.exchanges.relay_sse(call, up, response_headers=response_headers)

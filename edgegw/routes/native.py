@@ -53,7 +53,13 @@ def _native_headers(target: Target, call: Call, *, stream: bool) -> list[tuple[b
     # The provider's fixed headers (anthropic-version) unless the client chose its own.
     provider = [(k, v) for k, v in target.auth if k not in sent]
     accept = b"text/event-stream" if stream else b"application/json"
-    return [(b"content-type", b"application/json"), (b"accept", accept), *provider, *client]
+    return [
+        (b"content-type", b"application/json"),
+        (b"accept", accept),
+        (b"accept-encoding", b"identity"),
+        *provider,
+        *client,
+    ]
 
 
 async def _native_json(gw: Gateway, call: Call, api: NativeApi, *, model_required: bool) -> None:
@@ -68,6 +74,7 @@ async def _native_json(gw: Gateway, call: Call, api: NativeApi, *, model_require
         target=target.path(api.path),
         headers=_native_headers(target, call, stream=req.stream),
         body=req.with_model(remote.model) if remote.model is not None else body,
+        secret=target.secret,
     )
     if req.stream:
         await gw.exchanges.relay_sse(call, up, raw_errors=True)
@@ -124,6 +131,7 @@ async def _images_multipart(gw: Gateway, call: Call, api: NativeApi) -> None:
             *_client_headers(call),
         ],
         body=body,
+        secret=target.secret,
     )
     await gw.exchanges.forward(call, up, raw_errors=True)
 

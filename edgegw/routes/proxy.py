@@ -108,4 +108,4 @@ async def proxy(gw: Gateway, call: Call) -> None:
             )
     except trio.TooSlowError:
         raise upstream_timeout() from None
-    await gw.exchanges.relay_raw(call, resp)
+    await gw.exchanges.relay_raw(call, resp, target.secret)

@@ -1,0 +1,142 @@
+"""What an upstream may make the gateway hold or relay: bounded, decoded, scrubbed.
+
+- A whole (non-streaming) answer is read under two bounds: its own size
+  (`UPSTREAM_MAX_RESPONSE_SIZE`, 502 past it) and the process's buffer budget
+  (`EDGEGW_RESPONSE_BUFFER_BUDGET`, shared by every answer being held at once; 503
+  `overloaded` past it), so ten huge answers cannot take the process's memory. An answer
+  is charged twice its size while held: the pieces and the joined copy exist together.
+- edgegw asks for `Accept-Encoding: identity`; an upstream that encodes anyway (gzip or
+  deflate) is decoded here, within the same bounds, so a client never gets compressed
+  bytes labelled as JSON. Other encodings are refused (502): nothing mislabelled is relayed.
+- The provider's key never reaches a client: an upstream text that quotes it (OpenAI's
+  "Incorrect API key provided: sk-...") has it replaced before it is relayed.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from edgegw.errors import GatewayError, fail
+from edgegw.upstream import Response
+
+REDACTED = b"[redacted]"
+# Largest decoded size of one compressed stream piece (a decompression bomb in a stream
+# is cut here).
+STREAM_PIECE_LIMIT = 4 * 1024 * 1024
+# gzip or zlib, told apart by their headers (zlib's wbits 32 + 15).
+_AUTO_WBITS = 47
+
+
+class BufferBudget:
+    """Bytes of whole upstream answers held by this process at once."""
+
+    __slots__ = ("limit", "held")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, n: int) -> None:
+        if self.held + n > self.limit:
+            raise fail(
+                "overloaded",
+                "The gateway is holding too many large answers; retry shortly.",
+                headers=((b"retry-after", b"1"),),
+            )
+        self.held += n
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
+class Decoder:
+    """The upstream's Content-Encoding undone, piece by piece (identity passes through)."""
+
+    __slots__ = ("_z", "_limit", "_out", "_per_piece")
+
+    def __init__(self, encoding: bytes | None, limit: int, *, per_piece: bool = False) -> None:
+        self._limit = limit
+        self._out = 0
+        self._per_piece = per_piece
+        coding = (encoding or b"identity").strip().lower()
+        if coding in (b"identity", b""):
+            self._z = None
+        elif coding in (b"gzip", b"x-gzip", b"deflate"):
+            self._z = zlib.decompressobj(_AUTO_WBITS)
+        else:
+            raise fail("upstream_error", "the upstream answered in an unsupported content-encoding")
+
+    @property
+    def active(self) -> bool:
+        return self._z is not None
+
+    def feed(self, data: bytes) -> bytes:
+        """What `data` decodes to; past the limit, 502 `upstream_response_too_large` (a
+        stream decoder bounds each piece by STREAM_PIECE_LIMIT instead of the total)."""
+        if self._z is None:
+            return data
+        room = self._limit if self._per_piece else self._limit - self._out
+        try:
+            # Never more than the limit allows, whatever the compression ratio.
+            out = self._z.decompress(data, room + 1)
+        except zlib.error:
+            raise fail(
+                "bad_upstream_response", "the upstream's compressed body is corrupt"
+            ) from None
+        if len(out) > room or self._z.unconsumed_tail:
+            raise too_large()
+        self._out += len(out)
+        return out
+
+    def finish(self) -> bytes:
+        if self._z is None:
+            return b""
+        out = self._z.flush()
+        if not self._z.eof:
+            raise fail("bad_upstream_response", "the upstream's compressed body is truncated")
+        return out
+
+
+def too_large() -> GatewayError:
+    return fail("upstream_response_too_large", "the upstream response is too large")
+
+
+async def read_whole(resp: Response, limit: int, budget: BufferBudget) -> tuple[bytes, int]:
+    """The decoded body of `resp`, at most `limit` bytes, charged to `budget`. Returns (body,
+    charge); the caller gives the charge back once the body is no longer held."""
+    declared = resp.header(b"content-length")
+    decoder = Decoder(resp.header(b"content-encoding"), limit)
+    if declared is not None and declared.isdigit() and not decoder.active and int(declared) > limit:
+        raise too_large()
+    parts: list[bytes] = []
+    charged = size = 0
+    try:
+        while chunk := await resp.receive_chunk():
+            piece = decoder.feed(chunk)
+            size += len(piece)
+            if size > limit:
+                raise too_large()
+            budget.take(2 * len(piece))
+            charged += 2 * len(piece)
+            parts.append(piece)
+        if tail := decoder.finish():
+            budget.take(2 * len(tail))
+            charged += 2 * len(tail)
+            parts.append(tail)
+    except BaseException:
+        budget.give(charged)
+        raise
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), charged
+
+
+def scrub(data: bytes, secret: bytes | None) -> bytes:
+    """`data` without the provider's key in it."""
+    if secret and secret in data:
+        return data.replace(secret, REDACTED)
+    return data
+
+
+def stream_decoder(encoding: bytes | None) -> Decoder:
+    """A decoder for a stream: no total bound, but one compressed piece never expands
+    past STREAM_PIECE_LIMIT (a stream is relayed piece by piece)."""
+    return Decoder(encoding, STREAM_PIECE_LIMIT, per_piece=True)

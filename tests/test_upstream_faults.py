@@ -1,0 +1,187 @@
+"""What a misbehaving upstream can make edgegw do: nothing it should not. Compressed bodies
+are decoded (never relayed mislabelled), large answers are bounded per answer and per
+process, the provider's key quoted back is scrubbed, bad framing does not break /proxy."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+
+import orjson
+import pytest
+import trio
+
+from .bad_upstream import BadUpstream, Script, chunk, response
+from .conftest import Gateway, start_gateway
+from .rawhttp import request, sse_data
+
+KEY = "sk-canary-0123456789abcdef"
+CHAT = orjson.dumps({"model": "openai/gpt", "messages": [{"role": "user", "content": "hi"}]})
+STREAM = orjson.dumps(
+    {"model": "openai/gpt", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+)
+ANSWER = orjson.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+)
+
+
+@pytest.fixture
+async def bad(nursery: trio.Nursery) -> BadUpstream:
+    upstream = BadUpstream()
+    await nursery.start(upstream.serve)
+    return upstream
+
+
+async def gateway_for(nursery: trio.Nursery, bad: BadUpstream, **env: str) -> Gateway:
+    return await start_gateway(
+        nursery,
+        {"OPENAI_API_URL": f"http://127.0.0.1:{bad.port}/v1", "OPENAI_API_KEY": KEY, **env},
+    )
+
+
+def json_answer(
+    body: bytes, *, status: int = 200, extra: tuple[tuple[str, str], ...] = ()
+) -> bytes:
+    headers = [("content-type", "application/json"), ("content-length", str(len(body))), *extra]
+    return response(status, headers, body)
+
+
+async def test_edgegw_asks_for_identity(nursery: trio.Nursery, bad: BadUpstream) -> None:
+    gw = await gateway_for(nursery, bad)
+    bad.script = Script([(0, json_answer(ANSWER))])
+    assert (await request(gw.port, "POST", "/v1/chat/completions", CHAT)).status == 200
+    assert b"\r\naccept-encoding: identity\r\n" in bad.requests[-1].lower()
+
+
+async def test_a_gzip_answer_is_decoded(nursery: trio.Nursery, bad: BadUpstream) -> None:
+    gw = await gateway_for(nursery, bad)
+    bad.script = Script(
+        [(0, json_answer(gzip.compress(ANSWER), extra=(("content-encoding", "gzip"),)))]
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 200
+    assert b"content-encoding" not in resp.headers
+    assert orjson.loads(resp.body)["choices"][0]["message"]["content"] == "hello"
+
+
+async def test_a_gzip_stream_is_decoded(nursery: trio.Nursery, bad: BadUpstream) -> None:
+    gw = await gateway_for(nursery, bad)
+    events = b"data: " + ANSWER + b"\n\ndata: [DONE]\n\n"
+    packed = gzip.compress(events)
+    head = response(
+        200,
+        [("content-type", "text/event-stream"), ("transfer-encoding", "chunked"),
+         ("content-encoding", "gzip")],
+    )  # fmt: skip
+    bad.script = Script(
+        [(0, head), (0, chunk(packed[:10])), (0.01, chunk(packed[10:])), (0, b"0\r\n\r\n")]
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM)
+    assert resp.status == 200
+    assert sse_data(resp.body) == [ANSWER, b"[DONE]"]
+
+
+async def test_an_encoding_edgegw_cannot_decode_is_refused(
+    nursery: trio.Nursery, bad: BadUpstream
+) -> None:
+    gw = await gateway_for(nursery, bad)
+    bad.script = Script([(0, json_answer(b"\x00\x01", extra=(("content-encoding", "br"),)))])
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 502
+    assert orjson.loads(resp.body)["error"]["code"] == "upstream_error"
+
+
+async def test_an_answer_over_the_cap_is_refused(nursery: trio.Nursery, bad: BadUpstream) -> None:
+    gw = await gateway_for(nursery, bad, UPSTREAM_MAX_RESPONSE_SIZE=str(256 * 1024))
+    big = b'{"pad":"' + b"x" * (300 * 1024) + b'"}'
+    bad.script = Script([(0, json_answer(big))])
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 502
+    assert orjson.loads(resp.body)["error"]["code"] == "upstream_response_too_large"
+    # The same through gzip: the decoded size counts, however small the compressed one.
+    bad.script = Script(
+        [(0, json_answer(gzip.compress(big), extra=(("content-encoding", "gzip"),)))]
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 502
+    assert orjson.loads(resp.body)["error"]["code"] == "upstream_response_too_large"
+
+
+async def test_the_process_buffer_budget_bounds_held_answers(
+    nursery: trio.Nursery, bad: BadUpstream
+) -> None:
+    gw = await gateway_for(nursery, bad, EDGEGW_RESPONSE_BUFFER_BUDGET=str(1 << 20))
+    big = b'{"pad":"' + b"x" * (600 * 1024) + b'"}'  # charged twice: over 1 MiB
+    bad.script = Script([(0, json_answer(big))])
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 503
+    assert orjson.loads(resp.body)["error"]["code"] == "overloaded"
+    assert resp.headers[b"retry-after"] == b"1"
+    # What was charged is given back: a smaller answer fits, twice in a row.
+    bad.script = Script([(0, json_answer(ANSWER))])
+    for _ in range(2):
+        assert (await request(gw.port, "POST", "/v1/chat/completions", CHAT)).status == 200
+
+
+def quoting_error() -> bytes:
+    body = orjson.dumps(
+        {"error": {"message": f"Incorrect API key provided: {KEY}.", "code": "invalid_api_key"}}
+    )
+    return json_answer(body, status=401)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", CHAT),
+        ("/v1/chat/completions", STREAM),
+        ("/v1/responses", orjson.dumps({"model": "openai/gpt", "input": "hi"})),
+        ("/v1/responses", orjson.dumps({"model": "openai/gpt", "input": "hi", "stream": True})),
+        ("/proxy/openai/models", b""),
+    ],
+)
+async def test_the_provider_key_quoted_back_is_scrubbed(
+    nursery: trio.Nursery,
+    bad: BadUpstream,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    body: bytes,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    gw = await gateway_for(nursery, bad)
+    bad.script = Script([(0, quoting_error())])
+    method = "GET" if path.startswith("/proxy") else "POST"
+    resp = await request(gw.port, method, path, body)
+    assert resp.status == 401
+    assert KEY.encode() not in resp.body
+    assert b"[redacted]" in resp.body
+    assert KEY not in caplog.text
+
+
+async def test_proxy_drops_a_content_length_beside_chunked_framing(
+    nursery: trio.Nursery, bad: BadUpstream
+) -> None:
+    gw = await gateway_for(nursery, bad)
+    head = response(200, [("content-type", "text/plain"), ("content-length", "5"),
+                          ("transfer-encoding", "chunked")])  # fmt: skip
+    bad.script = Script([(0, head + chunk(b"hello ") + chunk(b"world") + b"0\r\n\r\n")])
+    resp = await request(gw.port, "GET", "/proxy/openai/files", b"")
+    assert resp.status == 200
+    assert resp.body == b"hello world"
+    # The gateway still answers afterwards.
+    assert (await request(gw.port, "GET", "/health")).status == 200
+
+
+async def test_upstream_failures_are_logged(
+    nursery: trio.Nursery, bad: BadUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = await gateway_for(nursery, bad)
+    bad.script = Script([(0, b"HTTP/1.1 200 OK\r\nconte")])  # cut inside the head
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 502
+    assert any(r.levelno >= logging.WARNING and "502" in r.getMessage() for r in caplog.records)
