@@ -44,6 +44,7 @@ async def serve(
     pool: UpstreamPool | None = None,
     telemetry: Telemetry | None = None,
     bind: str | None = None,
+    metrics_socket: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, or until `shutdown_trigger` returns and the drain is over;
@@ -69,7 +70,7 @@ async def serve(
             if settings.local_models:
                 await nursery.start(gw.fleet.run)
             if settings.telemetry_enabled:
-                await nursery.start(telemetry.serve_metrics)
+                await nursery.start(telemetry.serve_metrics, metrics_socket)
 
             async def drain_trigger() -> None:
                 if shutdown_trigger is None:

@@ -7,18 +7,28 @@ supervisor holds the socket for its whole life, so a worker that dies never take
 port down: it is replaced (with a growing pause if workers keep dying at once).
 SIGTERM/SIGINT go to every worker, which drains (see edgegw.server.serve); the
 supervisor waits for them and exits 0.
+
+With TELEMETRY_ENABLED the supervisor also binds TELEMETRY_METRICS_PORT, once: each worker
+serves its own metrics on a unix socket in a private directory (mode 0700, removed at
+exit; `serve --metrics-socket PATH`, a fresh path per start) and a scrape of the port
+answers their sum (edgegw/telemetry/scrape.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 import trio
 
 from edgegw.settings import Settings
+from edgegw.telemetry.scrape import serve_merged_metrics
 
 # A worker that dies sooner than this after its start counts as crash-looping.
 STEADY_AFTER_S = 5.0
@@ -26,12 +36,14 @@ MAX_RESTART_PAUSE_S = 30.0
 BACKLOG = 4096
 
 
-def worker_command(fd: int, config_file: str | None) -> list[str]:
+def worker_command(fd: int, config_file: str | None, metrics_socket: str | None) -> list[str]:
     """How to start this same edgegw as a worker, frozen (single binary) or not."""
     base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "edgegw"]
     cmd = [*base, "serve", "--worker-fd", str(fd)]
     if config_file:
         cmd += ["--config", config_file]
+    if metrics_socket:
+        cmd += ["--metrics-socket", metrics_socket]
     return cmd
 
 
@@ -48,30 +60,56 @@ def listen(settings: Settings) -> socket.socket:
 
 @dataclass
 class _State:
+    fd: int  # the listening socket the workers inherit
+    config_file: str | None
+    metrics_dir: str | None  # where the workers' metrics sockets go; None: no telemetry
     stopping: bool = False
-    procs: dict[int, trio.Process] = field(default_factory=dict)
+    procs: dict[int, trio.Process] = field(default_factory=dict)  # slot -> its worker
+    metrics_sockets: dict[int, str] = field(default_factory=dict)  # slot -> its worker's
+    starts: int = 0  # workers started so far, to name their sockets
+
+    def live_metrics_sockets(self) -> dict[int, str]:
+        """pid -> metrics socket of every worker still running."""
+        return {
+            proc.pid: self.metrics_sockets[slot]
+            for slot, proc in self.procs.items()
+            if proc.returncode is None and slot in self.metrics_sockets
+        }
 
 
 def run(settings: Settings, workers: int, config_file: str | None) -> int:
     sock = listen(settings)
     host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    print(f"edgegw: listening on http://{shown}:{port} with {workers} workers", flush=True)
+    print(f"edgegw: listening on {_url(host, port)} with {workers} workers", flush=True)
+    # Private to this user; a scrape of the supervisor is what exposes the metrics.
+    metrics_dir = tempfile.mkdtemp(prefix="edgegw-metrics-") if settings.telemetry_enabled else None
     try:
-        trio.run(
-            _supervise, worker_command(sock.fileno(), config_file), workers, sock.fileno(), settings
-        )
+        trio.run(_supervise, _State(sock.fileno(), config_file, metrics_dir), workers, settings)
     finally:
         sock.close()
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     return 0
 
 
-async def _supervise(cmd: list[str], workers: int, fd: int, settings: Settings) -> None:
-    state = _State()
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _supervise(state: _State, workers: int, settings: Settings) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
+            if state.metrics_dir is not None:
+                port = await nursery.start(
+                    serve_merged_metrics,
+                    settings.host,
+                    settings.telemetry_metrics_port,
+                    state.live_metrics_sockets,
+                )
+                url = _url(settings.host, port)
+                print(f"edgegw: metrics on {url}/metrics, summed over the workers", flush=True)
             for slot in range(workers):
-                nursery.start_soon(_keep_running, cmd, fd, slot, state)
+                nursery.start_soon(_keep_running, slot, state)
             async for _ in signals:
                 break
             state.stopping = True
@@ -88,15 +126,24 @@ async def _supervise(cmd: list[str], workers: int, fd: int, settings: Settings) 
             nursery.cancel_scope.cancel()
 
 
-async def _keep_running(cmd: list[str], fd: int, slot: int, state: _State) -> None:
+async def _keep_running(slot: int, state: _State) -> None:
     pause = 0.5
     while not state.stopping:
-        proc = await trio.lowlevel.open_process(cmd, pass_fds=(fd,))
+        metrics_socket = None
+        if state.metrics_dir is not None:
+            state.starts += 1
+            metrics_socket = os.path.join(state.metrics_dir, f"worker-{state.starts}.sock")
+            state.metrics_sockets[slot] = metrics_socket
+        cmd = worker_command(state.fd, state.config_file, metrics_socket)
+        proc = await trio.lowlevel.open_process(cmd, pass_fds=(state.fd,))
         state.procs[slot] = proc
         print(f"edgegw: worker {proc.pid} started", flush=True)
         started = trio.current_time()
         with trio.CancelScope(shield=True):
             code = await proc.wait()
+        if metrics_socket is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(metrics_socket)
         if state.stopping:
             return
         print(f"edgegw: worker {proc.pid} exited ({code}); starting another", flush=True)

@@ -25,9 +25,14 @@ async def request(
     headers: list[tuple[str, str]] | None = None,
     *,
     max_chunks: int | None = None,
+    unix_socket: str | None = None,
 ) -> RawResponse:
-    """Send one request; read the response (or only `max_chunks` body pieces, then hang up)."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    """Send one request; read the response (or only `max_chunks` body pieces, then hang up).
+    With `unix_socket`, connect to that path instead of the port."""
+    if unix_socket is not None:
+        stream: trio.SocketStream = await trio.open_unix_socket(unix_socket)
+    else:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
     conn = h11.Connection(h11.CLIENT)
     hdrs = [("host", f"127.0.0.1:{port}"), ("content-length", str(len(body))), *(headers or [])]
     if not any(k.lower() == "content-type" for k, _ in hdrs):

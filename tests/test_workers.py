@@ -1,21 +1,39 @@
 """`edgegw serve --workers N` as a user runs it: N processes on one port, a dead worker
-replaced without the port going down, SIGTERM ending everything with exit 0."""
+replaced without the port going down, SIGTERM ending everything with exit 0; with
+telemetry, one metrics port that sums the workers."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
 
 import orjson
 import trio
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw.bench.mock import MockUpstream
+from edgegw.settings import Settings
+from edgegw.telemetry.recording import Telemetry
+from edgegw.telemetry.scrape import Merged
 
-from .conftest import upstream_env
+from .conftest import sample, scrape, upstream_env
 from .rawhttp import request
+
+CHAT = orjson.dumps({"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]})
+REQUESTS = "gen_ai_server_request_duration_seconds_count"
+OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
 
 async def read_until(
@@ -37,32 +55,58 @@ def alive(pid: int) -> bool:
     return True
 
 
-async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> None:
-    env = {**os.environ, **upstream_env(mock), "SERVER_PORT": "0", "LOG_LEVEL": "WARNING"}
+@asynccontextmanager
+async def supervisor(
+    env: dict[str, str], pids: list[int], stderr: int = subprocess.DEVNULL
+) -> AsyncIterator[trio.Process]:
+    """`edgegw serve --workers 2`; killed at the end if still running, and so are the
+    workers whose pids the test put in `pids`."""
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "edgegw", "serve", "--workers", "2"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
         env=env,
     )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+async def wait_until_serving(port: int) -> None:
+    with trio.fail_after(20):
+        while True:  # the workers are listening once one answers
+            try:
+                if (await request(port, "GET", "/health")).status == 200:
+                    return
+            except OSError:
+                await trio.sleep(0.1)
+
+
+def total(text: str, name: str) -> float:
+    """The sum of the samples `name` over all their label sets."""
+    families = text_string_to_metric_families(text)
+    return sum(s.value for family in families for s in family.samples if s.name == name)
+
+
+async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> None:
+    env = {**os.environ, **upstream_env(mock), "SERVER_PORT": "0", "LOG_LEVEL": "WARNING"}
     out: list[bytes] = []
     pids: list[int] = []
-    try:
+    async with supervisor(env, pids) as proc:
         (listening,) = await read_until(
             proc, out, rb"listening on http://127\.0\.0\.1:(\d+) with 2 workers"
         )
         port = int(listening.group(1))
-        pids = [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
-        body = orjson.dumps({"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]})
-        with trio.fail_after(20):
-            while True:  # the workers are listening once one answers
-                try:
-                    if (await request(port, "GET", "/health")).status == 200:
-                        break
-                except OSError:
-                    await trio.sleep(0.1)
+        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
+        await wait_until_serving(port)
         for _ in range(10):
-            assert (await request(port, "POST", "/v1/chat/completions", body)).status == 200
+            assert (await request(port, "POST", "/v1/chat/completions", CHAT)).status == 200
         os.kill(pids[0], signal.SIGKILL)
         # The port stays up: the other worker answers while a replacement starts.
         for _ in range(10):
@@ -76,10 +120,97 @@ async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> No
         with trio.fail_after(5):
             while any(alive(pid) for pid in pids[1:]):  # noqa: ASYNC110 (other processes)
                 await trio.sleep(0.05)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-        for pid in pids:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+
+
+async def test_workers_metrics_one_port_summed(mock: MockUpstream, tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        **upstream_env(mock, TELEMETRY_ENABLED="true"),
+        "SERVER_PORT": "0",
+        "TELEMETRY_METRICS_PORT": "0",
+        "LOG_LEVEL": "WARNING",
+        "TMPDIR": str(tmp_path),  # where the supervisor makes the workers' socket directory
+    }
+    out: list[bytes] = []
+    pids: list[int] = []
+    async with supervisor(env, pids, stderr=subprocess.STDOUT) as proc:
+        (listening,) = await read_until(proc, out, rb"listening on http://127\.0\.0\.1:(\d+) ")
+        (metrics,) = await read_until(proc, out, rb"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+        port, metrics_port = int(listening.group(1)), int(metrics.group(1))
+        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
+        await wait_until_serving(port)
+        (socket_dir,) = await trio.Path(tmp_path).iterdir()
+        assert stat.S_IMODE((await socket_dir.stat()).st_mode) == 0o700
+
+        async def chat() -> None:  # a fresh connection each: the kernel spreads them
+            assert (await request(port, "POST", "/v1/chat/completions", CHAT)).status == 200
+
+        async def per_worker() -> list[float]:
+            sockets = sorted(str(p) for p in await socket_dir.glob("*.sock"))
+            return [
+                total((await request(0, "GET", "/metrics", unix_socket=s)).body.decode(), REQUESTS)
+                for s in sockets
+            ]
+
+        sent = 0
+        with trio.fail_after(60):
+            while True:  # until both workers have served (and recorded) some
+                async with trio.open_nursery() as nursery:
+                    for _ in range(8):
+                        nursery.start_soon(chat)
+                sent += 8
+                counts = await per_worker()
+                if len(counts) == 2 and all(counts):
+                    break
+        # A worker records a request just after its last byte: wait for the last ones.
+        with trio.fail_after(10):
+            while total(await scrape(metrics_port), REQUESTS) != sent:  # noqa: ASYNC110 (other processes)
+                await trio.sleep(0.05)
+        assert sum(await per_worker()) == sent
+
+        headers = [("accept", OPENMETRICS), ("accept-encoding", "gzip")]
+        resp = await request(metrics_port, "GET", "/metrics", headers=headers)
+        assert resp.headers[b"content-type"].startswith(b"application/openmetrics-text")
+        families = openmetrics_families(gzip.decompress(resp.body).decode())
+        assert sum(s.value for f in families for s in f.samples if s.name == REQUESTS) == sent
+
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            assert await proc.wait() == 0
+            while chunk := await proc.stdout.receive_some(4096):
+                out.append(chunk)
+        log = b"".join(out)
+        # Both workers stayed up: no "exited; starting another", no port taken twice.
+        assert len(re.findall(rb"worker \d+ started", log)) == 2, log
+        assert b"exited" not in log and b"Address already in use" not in log, log
+        assert list(await trio.Path(tmp_path).iterdir()) == []
+
+
+def test_merged_expositions_sum_each_series() -> None:
+    workers = [Telemetry(Settings(telemetry_enabled=True)) for _ in range(2)]
+    for t, model in ((workers[0], "gpt"), (workers[1], "gpt"), (workers[1], "other")):
+        t.record_generation(
+            provider="openai",
+            model=model,
+            status=200,
+            duration_s=0.3,
+            ttft_s=None,
+            usage={"prompt_tokens": 2, "completion_tokens": 5},
+            tool_calls=["search"],
+        )
+    texts = [t.exposition()[0].decode() for t in workers]
+    # One worker's exposition comes back as it was, in either format.
+    for accept in ("", OPENMETRICS):
+        encoder, _ = choose_encoder(accept)
+        assert encoder(Merged(texts[:1])) == workers[0].exposition(accept)[0]
+    merged = choose_encoder("")[0](Merged(texts)).decode()
+    gpt = {"gen_ai_request_model": "gpt"}
+    assert sample(merged, REQUESTS, **gpt) == 2
+    assert sample(merged, REQUESTS, gen_ai_request_model="other") == 1
+    bucket = "gen_ai_server_request_duration_seconds_bucket"
+    assert sample(merged, bucket, le="0.32", **gpt) == 2
+    assert sample(merged, bucket, le="0.16", **gpt) == 0
+    tokens = "gen_ai_client_token_usage_sum"
+    assert sample(merged, tokens, gen_ai_token_type="output", **gpt) == 10
+    assert sample(merged, "inference_gateway_tool_calls_total", **gpt) == 2
+    assert "# TYPE gen_ai_server_time_to_first_token_seconds histogram" in merged

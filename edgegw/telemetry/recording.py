@@ -2,8 +2,8 @@
 (POST /v1/metrics) that adds to them.
 
 The instruments are in edgegw/telemetry/instruments.py (names and buckets as in inference-gateway,
-bounded label cardinality), the push rules in edgegw/telemetry/otlp.py, the scrape endpoint on
-TELEMETRY_METRICS_PORT in edgegw/telemetry/scrape.py.
+bounded label cardinality), the push rules in edgegw/telemetry/otlp.py, the scrape endpoint (TELEMETRY_METRICS_PORT, or a
+worker's unix socket) in edgegw/telemetry/scrape.py.
 """
 
 from __future__ import annotations
@@ -142,11 +142,19 @@ class Telemetry:
         return encoder(self.registry), content_type
 
     async def serve_metrics(
-        self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+        self,
+        socket_path: str | None = None,
+        *,
+        task_status: trio.TaskStatus[int | str] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve /metrics (edgegw/telemetry/scrape.py) on TELEMETRY_METRICS_PORT (SERVER_HOST)
-        until cancelled; task_status.started(port) once listening."""
+        """Serve /metrics (edgegw/telemetry/scrape.py) until cancelled: on
+        TELEMETRY_METRICS_PORT (SERVER_HOST), or, in a worker of `serve --workers N`, on the
+        unix socket `socket_path` that the supervisor scrapes. task_status.started(the port,
+        or the socket path) once listening."""
         server = metrics_server(self._snapshot, self._worker_limiter)
+        if socket_path is not None:
+            await server.serve_unix(socket_path, task_status=task_status)
+            return
         host, port = self.settings.host, self.settings.telemetry_metrics_port
         async with trio.open_nursery() as nursery:
             self.metrics_port = await nursery.start(server.serve_tcp, host, port)
