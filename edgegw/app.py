@@ -21,9 +21,16 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from edgegw._core import RequestError
+from edgegw._core import RequestError, UpstreamProtocolError
 from edgegw.asgi import Call, ClientGone, Receive, Scope, Send
-from edgegw.errors import INTERNAL_ERROR_BODY, GatewayError, fail, first_answerable, render_error
+from edgegw.errors import (
+    INTERNAL_ERROR_BODY,
+    Answerable,
+    GatewayError,
+    fail,
+    first_answerable,
+    render_error,
+)
 from edgegw.gateway import Gateway
 from edgegw.routes import generation, metrics, models, native, proxy
 
@@ -74,7 +81,7 @@ class App:
                 await self._dispatch(call)
             except* ClientGone:
                 pass  # nobody to answer
-            except* (GatewayError, RequestError) as group:
+            except* (GatewayError, RequestError, UpstreamProtocolError) as group:
                 # Raised by the route, or by a nursery inside it (perhaps beside others).
                 found = first_answerable(group.exceptions)
                 assert found is not None
@@ -141,7 +148,7 @@ class App:
             )
 
 
-async def _answer_error(call: Call, e: GatewayError | RequestError) -> None:
+async def _answer_error(call: Call, e: Answerable) -> None:
     status, extra, body = render_error(e)
     await call.respond_json(status, body, extra)
 

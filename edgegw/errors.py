@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from edgegw._core import RequestError
+from edgegw._core import RequestError, UpstreamProtocolError
 
 Headers = tuple[tuple[bytes, bytes], ...]
 
@@ -168,20 +168,24 @@ def envelope(message: str, type: str, param: str | None, code: str | None) -> by
     return orjson.dumps({"error": {"message": message, "type": type, "param": param, "code": code}})
 
 
-def render_error(exc: GatewayError | RequestError) -> tuple[int, Headers, bytes]:
-    """(status, extra headers, body) for an error raised anywhere in the pipeline."""
+Answerable = GatewayError | RequestError | UpstreamProtocolError
+
+
+def render_error(exc: Answerable) -> tuple[int, Headers, bytes]:
+    """(status, extra headers, body) for an error raised anywhere in the pipeline; an
+    upstream's protocol fault that no relay caught is a 502 with its code."""
     if isinstance(exc, GatewayError):
         return exc.status, exc.headers, envelope(exc.message, exc.type, exc.param, exc.code)
+    if isinstance(exc, UpstreamProtocolError):
+        return 502, (), envelope(str(exc), "server_error", None, exc.code)
     return exc.status, (), envelope(str(exc), exc.type, exc.param, exc.code)
 
 
-def first_answerable(
-    excs: Sequence[BaseException],
-) -> GatewayError | RequestError | None:
+def first_answerable(excs: Sequence[BaseException]) -> Answerable | None:
     """The error to answer for an exception group raised by a nursery: the first
     GatewayError/RequestError in it, or None when it holds none."""
     for e in excs:
-        if isinstance(e, (GatewayError, RequestError)):
+        if isinstance(e, (GatewayError, RequestError, UpstreamProtocolError)):
             return e
         if isinstance(e, BaseExceptionGroup):
             found = first_answerable(e.exceptions)

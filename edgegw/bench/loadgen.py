@@ -19,6 +19,9 @@ that could not even be sent within ``timeout_s`` of its due time is counted as a
 Every run is bounded twice: requests stop being started at ``warmup_s + duration_s`` or after
 ``max_requests`` measured requests, and whatever is still running ``timeout_s`` (plus a grace)
 after that is cancelled. Requests *started* during the warm-up are not measured.
+
+Longer than the guide because the closed and open loops, the connection and the histograms
+are one measuring instrument: split, their costs would no longer be read in one place.
 """
 
 from __future__ import annotations

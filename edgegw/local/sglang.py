@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from edgegw._core import SseSplitter
+from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.errors import GatewayError, fail
 from edgegw.local.fleet import LocalRuntime
 
@@ -309,7 +309,11 @@ def _cumulative_logprob(choice: dict[str, Any]) -> float:
 def overloaded(first: bytes) -> bool:
     """A stream that opens with SGLang's queue-full error (status 503), possibly after the
     role chunk, before any generated content."""
-    for event in SseSplitter().feed(first):
+    try:
+        events = SseSplitter().feed(first)
+    except UpstreamProtocolError:
+        return False  # not SGLang's overload answer; the relay ends the stream with it
+    for event in events:
         try:
             doc = orjson.loads(event.data)
         except orjson.JSONDecodeError:
