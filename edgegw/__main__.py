@@ -38,6 +38,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
         help="processes sharing the port (EDGEGW_WORKERS, default: one per core)",
     )
     serve.add_argument("--worker-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--supervisor-pid", type=int, help=argparse.SUPPRESS)
     # A worker's private socket for its metrics, which the supervisor scrapes and sums.
     serve.add_argument("--metrics-socket", help=argparse.SUPPRESS)
     demo = sub.add_parser("demo", help="run the gateway in front of the built-in mock provider")
@@ -131,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 return supervisor.run(settings, workers, args.config)
             bind = None if args.worker_fd is None else f"fd://{args.worker_fd}"
-            trio.run(_serve_until_signal, settings, bind, args.metrics_socket)
+            trio.run(_serve_until_signal, settings, bind, args.metrics_socket, args.supervisor_pid)
         else:
             trio.run(_demo, settings, args.token_rate)
     except KeyboardInterrupt:
@@ -158,13 +159,20 @@ def versions() -> str:
 
 
 async def _serve_until_signal(
-    settings: Settings, bind: str | None = None, metrics_socket: str | None = None
+    settings: Settings,
+    bind: str | None = None,
+    metrics_socket: str | None = None,
+    supervisor_pid: int | None = None,
 ) -> None:
     from edgegw.server import serve
 
     async with trio.open_nursery() as nursery:
         stop = trio.Event()
         nursery.start_soon(_set_on_signal, stop)
+        if supervisor_pid is not None:
+            from edgegw.supervisor import exit_with_supervisor
+
+            nursery.start_soon(exit_with_supervisor, supervisor_pid, stop)
         await serve(settings, shutdown_trigger=stop.wait, bind=bind, metrics_socket=metrics_socket)
         nursery.cancel_scope.cancel()
 

@@ -39,7 +39,7 @@ BACKLOG = 4096
 def worker_command(fd: int, config_file: str | None, metrics_socket: str | None) -> list[str]:
     """How to start this same edgegw as a worker, frozen (single binary) or not."""
     base = [sys.executable] if getattr(sys, "frozen", False) else [sys.executable, "-m", "edgegw"]
-    cmd = [*base, "serve", "--worker-fd", str(fd)]
+    cmd = [*base, "serve", "--worker-fd", str(fd), "--supervisor-pid", str(os.getpid())]
     if config_file:
         cmd += ["--config", config_file]
     if metrics_socket:
@@ -153,3 +153,24 @@ async def _keep_running(slot: int, state: _State) -> None:
             else min(pause * 2, MAX_RESTART_PAUSE_S)
         )
         await trio.sleep(pause)
+
+
+# A worker notices its supervisor is gone within this time, even where the kernel does not
+# signal it (the parent-death signal is Linux only, and is lost if the parent died first).
+ORPHAN_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+async def exit_with_supervisor(supervisor_pid: int, stop: trio.Event) -> None:
+    """Set `stop` (the worker drains and exits) when the supervisor dies, whatever killed
+    it (SIGKILL, the OOM killer): nobody would replace or drain the worker otherwise, and it
+    would keep the port."""
+    if sys.platform == "linux":
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    while os.getppid() == supervisor_pid:  # noqa: ASYNC110 (another process, no event)
+        await trio.sleep(ORPHAN_POLL_S)
+    print(f"edgegw: worker {os.getpid()}: supervisor {supervisor_pid} is gone; exiting", flush=True)
+    stop.set()

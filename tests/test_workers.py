@@ -122,6 +122,30 @@ async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> No
                 await trio.sleep(0.05)
 
 
+async def test_workers_exit_when_the_supervisor_is_killed(mock: MockUpstream) -> None:
+    env = {**os.environ, **upstream_env(mock), "SERVER_PORT": "0", "LOG_LEVEL": "WARNING"}
+    out: list[bytes] = []
+    pids: list[int] = []
+    async with supervisor(env, pids) as proc:
+        (listening,) = await read_until(proc, out, rb"listening on http://127\.0\.0\.1:(\d+) ")
+        port = int(listening.group(1))
+        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
+        await wait_until_serving(port)
+        proc.kill()  # SIGKILL: the supervisor cannot pass anything on
+        await proc.wait()
+        with trio.fail_after(15):
+            while any(alive(pid) for pid in pids):  # noqa: ASYNC110 (other processes)
+                await trio.sleep(0.05)
+        # Nobody holds the port any more.
+        try:
+            with trio.fail_after(5):
+                await request(port, "GET", "/health")
+        except OSError:
+            pass
+        else:
+            raise AssertionError("the port still answers after every edgegw process is gone")
+
+
 async def test_workers_metrics_one_port_summed(mock: MockUpstream, tmp_path: Path) -> None:
     env = {
         **os.environ,
