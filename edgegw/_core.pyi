@@ -97,6 +97,12 @@ class SseSplitter:
     def __new__(cls, max_event_bytes: int = ...) -> Self: ...  # default 1 MiB
     def feed(self, chunk: bytes) -> list[SseEvent]: ...
     def finish(self) -> bool: ...
+    # Bytes fed after the end of the last complete block (the line ending of the last blank
+    # line): a relay holds these back so that what it sends is whole events. The LF of a
+    # CRLF whose CR ended a block is not counted (it goes out with the next piece); a BOM
+    # belongs to the first block; finish() leaves it unchanged.
+    @property
+    def pending(self) -> int: ...
 
 @final
 class ResponseHead:

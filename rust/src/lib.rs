@@ -264,7 +264,8 @@ mod binding {
         }
     }
 
-    /// Incremental SSE splitter: `feed(bytes) -> list[SseEvent]`, `finish() -> bool`.
+    /// Incremental SSE splitter: `feed(bytes) -> list[SseEvent]`, `finish() -> bool`,
+    /// `pending` (the tail after the last complete block, in bytes).
     #[pyclass(module = "edgegw._core")]
     struct SseSplitter {
         inner: sse::SseSplitter,
@@ -297,6 +298,13 @@ mod binding {
         /// End of stream; true when an incomplete event was discarded.
         fn finish(&mut self) -> bool {
             self.inner.finish()
+        }
+
+        /// Bytes fed after the end of the last complete block: hold these back and what
+        /// was sent ends on an event boundary.
+        #[getter]
+        fn pending(&self) -> usize {
+            self.inner.pending()
         }
     }
 

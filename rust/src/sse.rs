@@ -4,9 +4,25 @@
 //! stream is cut into pieces never changes the events it yields. Lines end with LF,
 //! CRLF or CR (a CR at the end of one piece and an LF at the start of the next are one
 //! line ending). Comment lines are skipped, several `data:` lines join with `\n`,
-//! a blank line dispatches, and an event without data is not dispatched. The bytes held
-//! for the event being assembled are bounded: past `max_event_bytes` the stream is an
-//! upstream fault ([`UpstreamFault::EventTooLarge`]), not a reason to grow memory.
+//! a blank line dispatches, and an event without data is not dispatched.
+//!
+//! [`SseSplitter::pending`] is the tail a relay must hold back to send only whole events:
+//! the bytes fed after the end of the last block (the line ending of the last blank line,
+//! whether that block was dispatched, a comment or an event without data). A relay that
+//! sends everything it was given except the last `pending` bytes has sent exactly the
+//! stream up to a block boundary. Two choices make this exact:
+//!   - a CR that ends a blank line ends its block at once (the event is dispatched and may
+//!     be sent without waiting for the next byte); when the next piece starts with the LF
+//!     of that CRLF, the LF belongs to the ended block: it is never counted in `pending`, so
+//!     it goes out at the head of the next relayed piece. A reader that splits events per
+//!     the grammar takes CR, LF across two reads as one line ending, so the relayed bytes
+//!     are still whole events;
+//!   - a UTF-8 BOM at the start of the stream belongs to the first block.
+//!
+//! The bytes held for the block being assembled are bounded, and the bound counts what a
+//! relay holds, not only what the splitter keeps: past `max_event_bytes` of `pending` (the
+//! raw lines since the last block ended, comments and unknown fields included) the stream
+//! is an upstream fault ([`UpstreamFault::EventTooLarge`]), not a reason to grow memory.
 
 use crate::error::UpstreamFault;
 
@@ -36,6 +52,10 @@ pub struct SseSplitter {
     line: Vec<u8>,
     /// The previous piece ended in CR: an LF starting the next one belongs to it.
     pending_cr: bool,
+    /// ...and that CR ended a blank line, so such an LF is part of the ended block.
+    pending_cr_ended_block: bool,
+    /// Bytes fed since the end of the last block (see the module docs).
+    pending: usize,
     at_stream_start: bool,
     current: Event,
     has_data: bool,
@@ -47,6 +67,8 @@ impl SseSplitter {
             max_event_bytes,
             line: Vec::new(),
             pending_cr: false,
+            pending_cr_ended_block: false,
+            pending: 0,
             at_stream_start: true,
             current: Event::default(),
             has_data: false,
@@ -60,6 +82,9 @@ impl SseSplitter {
             self.pending_cr = false;
             if chunk[0] == b'\n' {
                 i = 1;
+                if !self.pending_cr_ended_block {
+                    self.pending += 1;
+                }
             }
         }
         while i < chunk.len() {
@@ -67,21 +92,23 @@ impl SseSplitter {
             match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
                 None => {
                     self.line.extend_from_slice(rest);
+                    self.pending += rest.len();
                     self.check_bound()?;
                     break;
                 }
                 Some(off) => {
                     let end = i + off;
-                    if self.line.is_empty() {
-                        self.process_line(&chunk[i..end], &mut out);
+                    let blank = if self.line.is_empty() {
+                        self.process_line(&chunk[i..end], &mut out)
                     } else {
                         let mut line = std::mem::take(&mut self.line);
                         line.extend_from_slice(&chunk[i..end]);
-                        self.process_line(&line, &mut out);
+                        let blank = self.process_line(&line, &mut out);
                         line.clear();
                         self.line = line;
-                    }
-                    self.check_bound()?;
+                        blank
+                    };
+                    let start = i;
                     i = end + 1;
                     if chunk[end] == b'\r' {
                         if i < chunk.len() {
@@ -90,12 +117,26 @@ impl SseSplitter {
                             }
                         } else {
                             self.pending_cr = true;
+                            self.pending_cr_ended_block = blank;
                         }
                     }
+                    if blank {
+                        self.pending = 0;
+                    } else {
+                        self.pending += i - start;
+                    }
+                    self.check_bound()?;
                 }
             }
         }
         Ok(out)
+    }
+
+    /// Bytes fed so far after the end of the last complete block: what a relay holds back
+    /// so that what it sends ends on an event boundary (see the module docs). `finish()`
+    /// leaves it as it is: that tail is what the end of the stream discards.
+    pub fn pending(&self) -> usize {
+        self.pending
     }
 
     /// End of stream. Returns true when an event was left incomplete (a truncated stream);
@@ -106,11 +147,14 @@ impl SseSplitter {
         self.current = Event::default();
         self.has_data = false;
         self.pending_cr = false;
+        self.pending_cr_ended_block = false;
         incomplete
     }
 
+    /// `pending` counts every raw byte of the block so far (the partial line included), so it
+    /// bounds the line and the data the splitter keeps as well as what a relay holds.
     fn check_bound(&self) -> Result<(), UpstreamFault> {
-        if self.line.len() + self.current.data.len() > self.max_event_bytes {
+        if self.pending > self.max_event_bytes {
             Err(UpstreamFault::EventTooLarge {
                 limit: self.max_event_bytes,
             })
@@ -119,7 +163,8 @@ impl SseSplitter {
         }
     }
 
-    fn process_line(&mut self, mut line: &[u8], out: &mut Vec<Event>) {
+    /// Returns true for a blank line: the end of a block.
+    fn process_line(&mut self, mut line: &[u8], out: &mut Vec<Event>) -> bool {
         if self.at_stream_start {
             self.at_stream_start = false;
             if line.starts_with(BOM) {
@@ -128,10 +173,10 @@ impl SseSplitter {
         }
         if line.is_empty() {
             self.dispatch(out);
-            return;
+            return true;
         }
         if line[0] == b':' {
-            return; // comment
+            return false; // comment
         }
         let (field, value) = match line.iter().position(|&b| b == b':') {
             Some(c) => {
@@ -158,6 +203,7 @@ impl SseSplitter {
             }
             _ => {} // unknown fields, and the ignored values above
         }
+        false
     }
 
     fn dispatch(&mut self, out: &mut Vec<Event>) {
@@ -246,6 +292,148 @@ mod tests {
         for _ in 0..1000 {
             assert_eq!(s.feed(b"data: 0123456789\n\n").unwrap().len(), 1);
         }
+    }
+
+    /// Where blocks end in a whole stream, found apart from the splitter: after the line
+    /// ending of each blank line (a trailing CR is a line ending at the end of the stream).
+    /// Also where a relayed piece may end: those, and between the CR and LF of a blank
+    /// line's CRLF.
+    fn block_ends(stream: &[u8]) -> (Vec<usize>, Vec<usize>) {
+        let (mut ends, mut cuts) = (Vec::new(), Vec::new());
+        let mut start = 0;
+        let mut i = 0;
+        while i < stream.len() {
+            if stream[i] != b'\r' && stream[i] != b'\n' {
+                i += 1;
+                continue;
+            }
+            let crlf = stream[i] == b'\r' && stream.get(i + 1) == Some(&b'\n');
+            let line = &stream[start..i];
+            let blank = line.is_empty() || (start == 0 && line == BOM);
+            i += if crlf { 2 } else { 1 };
+            if blank {
+                if crlf {
+                    cuts.push(i - 1);
+                }
+                ends.push(i);
+                cuts.push(i);
+            }
+            start = i;
+        }
+        (ends, cuts)
+    }
+
+    /// What a relay sends, piece by piece: all it has except the last `pending` bytes.
+    fn relay(pieces: &[&[u8]]) -> Vec<Vec<u8>> {
+        let mut s = SseSplitter::new(DEFAULT_MAX_EVENT_BYTES);
+        let mut held: Vec<u8> = Vec::new();
+        let mut sent = Vec::new();
+        for p in pieces {
+            held.extend_from_slice(p);
+            s.feed(p).unwrap();
+            let cut = held.len() - s.pending();
+            sent.push(held.drain(..cut).collect());
+        }
+        sent
+    }
+
+    fn check_relay(stream: &[u8], pieces: &[&[u8]]) {
+        let (ends, cuts) = block_ends(stream);
+        let sent = relay(pieces);
+        let mut at = 0;
+        for piece in &sent {
+            at += piece.len();
+            assert!(
+                at == 0 || cuts.contains(&at),
+                "a piece ends at {at}: {pieces:?}"
+            );
+        }
+        assert_eq!(at, ends.last().copied().unwrap_or(0), "{pieces:?}");
+        assert_eq!(sent.concat(), stream[..at].to_vec());
+    }
+
+    #[test]
+    fn pending_is_the_tail_after_the_last_block() {
+        let mut s = SseSplitter::new(1024);
+        s.feed(b"data: a\n\ndata: b").unwrap();
+        assert_eq!(s.pending(), 7);
+        s.feed(b"\n").unwrap();
+        assert_eq!(s.pending(), 8);
+        s.feed(b"\n: comment\n\nevent: x\n\n").unwrap();
+        assert_eq!(
+            s.pending(),
+            0,
+            "a comment block and a data-less event end too"
+        );
+        s.feed(b"data: c\r").unwrap();
+        assert_eq!(s.pending(), 8);
+        s.feed(b"\n").unwrap();
+        assert_eq!(s.pending(), 9, "the LF of a data line's CRLF is held");
+        s.feed(b"\r").unwrap();
+        assert_eq!(
+            s.pending(),
+            0,
+            "a CR ending a blank line ends the block at once"
+        );
+        s.feed(b"\n").unwrap();
+        assert_eq!(
+            s.pending(),
+            0,
+            "...and the LF after it belongs to that block"
+        );
+        s.feed(b"\n").unwrap();
+        assert_eq!(s.pending(), 0, "a further blank line is a block of its own");
+        s.feed(b"data: d").unwrap();
+        assert!(s.finish());
+        assert_eq!(s.pending(), 7, "finish() leaves the discarded tail");
+    }
+
+    #[test]
+    fn pending_counts_the_bom_in_the_first_block() {
+        let mut s = SseSplitter::new(1024);
+        s.feed(b"\xEF\xBB").unwrap();
+        assert_eq!(s.pending(), 2);
+        s.feed(b"\xBF\r\n").unwrap();
+        assert_eq!(s.pending(), 0, "a BOM then a line ending is a blank line");
+        check_relay(
+            b"\xEF\xBB\xBF\r\ndata: x\n\n",
+            &[b"\xEF\xBB\xBF\r", b"\ndata: x\n\n"],
+        );
+    }
+
+    #[test]
+    fn relayed_pieces_are_whole_blocks_at_every_cut() {
+        let streams: &[&[u8]] = &[
+            STREAM,
+            b"data: a\r\n\r\ndata: b\r\n\r\n",
+            b"data: a\r\rdata: b\r\r",
+            b": c\n\n\n\ndata: x\n\ndata: tail",
+            b"\xEF\xBB\xBF\ndata: x\n\n",
+            b"",
+        ];
+        for &stream in streams {
+            check_relay(stream, &[stream]);
+            check_relay(stream, &stream.chunks(1).collect::<Vec<_>>());
+            for a in 0..=stream.len() {
+                for b in a..=stream.len() {
+                    check_relay(stream, &[&stream[..a], &stream[a..b], &stream[b..]]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bound_counts_what_a_relay_holds() {
+        // Comments and data-less fields are kept by no one but the relay: bounded too.
+        let mut s = SseSplitter::new(64);
+        let mut failed = false;
+        for _ in 0..10 {
+            if s.feed(b": keep-alive\nevent: x\n").is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
     }
 
     #[test]
