@@ -155,6 +155,9 @@ class Exchanges:
         splitter = SseSplitter()
         idle = self.idle_timeout_s
         decoder = stream_decoder(resp.header(b"content-encoding"))
+        # Bytes of an event not yet complete: only whole events are relayed, so a stream
+        # cut mid-event ends with the error event on a line of its own.
+        held = b""
         while True:
             try:
                 with trio.fail_after(idle):
@@ -170,8 +173,6 @@ class Exchanges:
                 return
             if not chunk:
                 continue
-            if secret and secret in chunk:
-                chunk = scrub(chunk, secret)
             try:
                 for event in splitter.feed(chunk):
                     outcome.events += 1
@@ -182,7 +183,15 @@ class Exchanges:
             except UpstreamProtocolError as e:
                 await writer.fail(e.code, str(e))
                 return
-            await writer.write(chunk)
+            data = held + chunk if held else chunk
+            pending = splitter.pending
+            if pending:
+                data, held = data[: len(data) - pending], data[len(data) - pending :]
+            else:
+                held = b""
+            if data:
+                # Whole events: a key quoted in one cannot be split across two sends.
+                await writer.write(scrub(data, secret))
         if splitter.finish() and not outcome.done:
             await writer.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
             return

@@ -185,3 +185,40 @@ async def test_upstream_failures_are_logged(
     resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
     assert resp.status == 502
     assert any(r.levelno >= logging.WARNING and "502" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("end", ["close", "reset"])
+async def test_a_stream_cut_mid_event_ends_with_a_parseable_error_event(
+    nursery: trio.Nursery, bad: BadUpstream, end: str
+) -> None:
+    gw = await gateway_for(nursery, bad)
+    whole = b"data: " + ANSWER + b"\n\n"
+    head = response(200, [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
+    # One whole event and half of the next in one piece, then the upstream goes away.
+    bad.script = Script([(0, head + chunk(whole + b'data: {"partial_marker":'))], end=end)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM)
+    assert resp.status == 200
+    assert resp.body.startswith(whole)
+    events = resp.body.split(b"\n\n")
+    assert events[-1] == b""  # the body ends with a whole event
+    assert [orjson.loads(e.removeprefix(b"data: ")) for e in events[:-1]][0]["id"] == "c1"
+    error = orjson.loads(events[-2].removeprefix(b"data: "))["error"]
+    assert error["code"] in ("upstream_connection_lost", "upstream_stream_truncated")
+    assert b"partial_marker" not in resp.body
+    assert b"[DONE]" not in resp.body
+
+
+async def test_the_key_in_a_stream_split_across_pieces_is_scrubbed(
+    nursery: trio.Nursery, bad: BadUpstream
+) -> None:
+    gw = await gateway_for(nursery, bad)
+    event = b'data: {"error":{"message":"bad key ' + KEY.encode() + b'"}}\n\n'
+    head = response(200, [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
+    half = len(event) // 2
+    bad.script = Script(
+        [(0, head + chunk(event[:half])), (0.02, chunk(event[half:]) + chunk(b"data: [DONE]\n\n")),
+         (0, b"0\r\n\r\n")]
+    )  # fmt: skip
+    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM)
+    assert resp.status == 200
+    assert KEY.encode() not in resp.body and b"[redacted]" in resp.body
