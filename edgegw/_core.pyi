@@ -26,6 +26,9 @@ __all__ = [
     "OTLP_MAX_DECODED_BYTES",
     "OTLP_MAX_DATA_POINTS",
     "OTLP_MAX_ATTRIBUTES",
+    "HeadInfo",
+    "screen_request_head",
+    "MAX_HEADER_LINES",
 ]
 
 MAX_JSON_DEPTH: int
@@ -159,3 +162,31 @@ _OtlpMetric = tuple[str, str, int, bool, list[_OtlpPoint]]
 
 def decode_otlp_metrics(data: bytes) -> list[tuple[str | None, list[_OtlpMetric]]]: ...
 def encode_otlp_metrics_response(rejected_data_points: int, error_message: str) -> bytes: ...
+
+# Request heads (rust/src/head.rs).
+MAX_HEADER_LINES: int
+
+@final
+class HeadInfo:
+    @property
+    def method(self) -> bytes: ...
+    @property
+    def target(self) -> bytes: ...
+    @property
+    def http_version(self) -> bytes: ...  # b"1.0" or b"1.1"
+    @property
+    def content_length(self) -> int | None: ...
+    @property
+    def chunked(self) -> bool: ...
+    @property
+    def keep_alive(self) -> bool: ...  # RFC 9112 §9.3, from the version and Connection
+    @property
+    def expect_continue(self) -> bool: ...  # Expect: 100-continue, HTTP/1.1 only
+    @property
+    def upgrade(self) -> bool: ...  # an Upgrade field is present
+
+# `head`: the request line to the CRLF CRLF that ends the head, included. Raises
+# RequestError: 431 head_too_large | too_many_headers; 400 incomplete_head | bad_line_ending |
+# bad_request_line | obs_fold | bad_header_name | bad_header_value | conflicting_framing |
+# bad_content_length | bad_transfer_encoding | missing_host | duplicate_host.
+def screen_request_head(head: bytes | bytearray, max_bytes: int) -> HeadInfo: ...

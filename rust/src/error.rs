@@ -7,8 +7,8 @@
 //! or SSE framing. Never the client's fault, so never a `RequestError`: `lib.rs` raises it as
 //! `UpstreamProtocolError` with `.code`, and the gateway answers 502 (or ends the stream).
 //!
-//! The parsers' signatures say which one they return (`request`/`passthrough`/`otlp`/`json`:
-//! `Rejection`; `http1`/`sse`: `UpstreamFault`), so the Python exception is fixed by the type,
+//! The parsers' signatures say which one they return (`request`/`passthrough`/`otlp`/`json`/
+//! `head`: `Rejection`; `http1`/`sse`: `UpstreamFault`), so the Python exception is fixed by the type,
 //! and each enum's `code()`/`message()` are exhaustive matches: a new variant cannot go
 //! unmapped.
 
@@ -34,6 +34,8 @@ pub enum Rejection {
     InvalidOtlp,
     /// An OTLP payload with more data points or attributes than one request may carry.
     TooManyDataPoints { limit: usize },
+    /// A request head that breaks RFC 9112 (or a limit): answer, then close.
+    Head(HeadFault),
 }
 
 impl Rejection {
@@ -66,6 +68,7 @@ impl Rejection {
             | Rejection::InvalidGzip
             | Rejection::InvalidOtlp => 400,
             Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => 413,
+            Rejection::Head(f) => f.status(),
         }
     }
 
@@ -85,6 +88,7 @@ impl Rejection {
                 "payload_too_large"
             }
             Rejection::UnsupportedField { .. } => "unsupported_field",
+            Rejection::Head(f) => f.code(),
         }
     }
 
@@ -95,7 +99,8 @@ impl Rejection {
             | Rejection::PayloadTooLarge { .. }
             | Rejection::InvalidGzip
             | Rejection::InvalidOtlp
-            | Rejection::TooManyDataPoints { .. } => None,
+            | Rejection::TooManyDataPoints { .. }
+            | Rejection::Head(_) => None,
             Rejection::InvalidValue { param, .. } | Rejection::UnsupportedField { param, .. } => {
                 Some(param)
             }
@@ -120,6 +125,7 @@ impl Rejection {
             Rejection::TooManyDataPoints { limit } => {
                 format!("OTLP payload carries more than {limit} data points or attributes")
             }
+            Rejection::Head(f) => f.message(),
         }
     }
 }
@@ -131,6 +137,99 @@ impl fmt::Display for Rejection {
 }
 
 impl std::error::Error for Rejection {}
+
+/// Why a request head is refused (`head.rs`, which documents the order of the checks).
+/// Every one is answered and the connection closed; none names a header value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadFault {
+    /// The head is longer than the caller's bound.
+    TooLarge { limit: usize },
+    /// More field lines than `head::MAX_HEADER_LINES`.
+    TooManyHeaders { limit: usize },
+    /// The bytes do not end with CRLF CRLF.
+    Incomplete,
+    /// A bare CR or a bare LF.
+    BadLineEnding,
+    /// Not `token SP target SP HTTP/1.0|HTTP/1.1`, or a target in no form the gateway takes.
+    BadRequestLine,
+    /// A field line starting with SP or HTAB (obsolete line folding).
+    ObsFold,
+    /// A field name that is not a token (whitespace before the colon included), or no colon.
+    BadHeaderName,
+    /// A field value with a CTL other than HTAB, or DEL.
+    BadHeaderValue,
+    /// Content-Length and Transfer-Encoding both present.
+    ConflictingFraming,
+    /// Content-Length not one field of digits only.
+    BadContentLength,
+    /// Transfer-Encoding not one field of exactly `chunked`, or in an HTTP/1.0 request.
+    BadTransferEncoding,
+    /// An HTTP/1.1 request without Host.
+    MissingHost,
+    /// More than one Host field.
+    DuplicateHost,
+}
+
+impl HeadFault {
+    pub fn status(&self) -> u16 {
+        match self {
+            HeadFault::TooLarge { .. } | HeadFault::TooManyHeaders { .. } => 431,
+            HeadFault::Incomplete
+            | HeadFault::BadLineEnding
+            | HeadFault::BadRequestLine
+            | HeadFault::ObsFold
+            | HeadFault::BadHeaderName
+            | HeadFault::BadHeaderValue
+            | HeadFault::ConflictingFraming
+            | HeadFault::BadContentLength
+            | HeadFault::BadTransferEncoding
+            | HeadFault::MissingHost
+            | HeadFault::DuplicateHost => 400,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            HeadFault::TooLarge { .. } => "head_too_large",
+            HeadFault::TooManyHeaders { .. } => "too_many_headers",
+            HeadFault::Incomplete => "incomplete_head",
+            HeadFault::BadLineEnding => "bad_line_ending",
+            HeadFault::BadRequestLine => "bad_request_line",
+            HeadFault::ObsFold => "obs_fold",
+            HeadFault::BadHeaderName => "bad_header_name",
+            HeadFault::BadHeaderValue => "bad_header_value",
+            HeadFault::ConflictingFraming => "conflicting_framing",
+            HeadFault::BadContentLength => "bad_content_length",
+            HeadFault::BadTransferEncoding => "bad_transfer_encoding",
+            HeadFault::MissingHost => "missing_host",
+            HeadFault::DuplicateHost => "duplicate_host",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            HeadFault::TooLarge { limit } => format!("request head larger than {limit} bytes"),
+            HeadFault::TooManyHeaders { limit } => format!("more than {limit} header fields"),
+            HeadFault::Incomplete => "the request head does not end with an empty line".into(),
+            HeadFault::BadLineEnding => "bare CR or LF in the request head".into(),
+            HeadFault::BadRequestLine => {
+                "malformed request line (expected: METHOD target HTTP/1.1)".into()
+            }
+            HeadFault::ObsFold => "obsolete line folding in a header field".into(),
+            HeadFault::BadHeaderName => {
+                "malformed header field name (expected: token ':' value)".into()
+            }
+            HeadFault::BadHeaderValue => "control character in a header field value".into(),
+            HeadFault::ConflictingFraming => "both Content-Length and Transfer-Encoding".into(),
+            HeadFault::BadContentLength => "Content-Length must be one decimal number".into(),
+            HeadFault::BadTransferEncoding => {
+                "Transfer-Encoding must be one field of exactly 'chunked', in HTTP/1.1".into()
+            }
+            HeadFault::MissingHost => "an HTTP/1.1 request needs a Host header".into(),
+            HeadFault::DuplicateHost => "more than one Host header".into(),
+        }
+    }
+}
 
 /// An upstream response that breaks the protocol (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 //! (turned on by maturin) adds the binding below, the only code that touches pyo3.
 
 pub mod error;
+pub mod head;
 pub mod http1;
 pub mod json;
 pub mod otlp;
@@ -19,6 +20,7 @@ mod binding {
     use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
     use crate::error::{Rejection, UpstreamFault};
+    use crate::head;
     use crate::http1;
     use crate::otlp;
     use crate::passthrough;
@@ -502,6 +504,62 @@ mod binding {
         }
     }
 
+    /// A request head that passed the screen (`screen_request_head`).
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct HeadInfo {
+        #[pyo3(get)]
+        method: Py<PyBytes>,
+        #[pyo3(get)]
+        target: Py<PyBytes>,
+        /// `b"1.0"` or `b"1.1"`.
+        #[pyo3(get)]
+        http_version: Py<PyBytes>,
+        #[pyo3(get)]
+        content_length: Option<u64>,
+        #[pyo3(get)]
+        chunked: bool,
+        #[pyo3(get)]
+        keep_alive: bool,
+        #[pyo3(get)]
+        expect_continue: bool,
+        #[pyo3(get)]
+        upgrade: bool,
+    }
+
+    #[pymethods]
+    impl HeadInfo {
+        fn __repr__(&self, py: Python<'_>) -> String {
+            format!(
+                "HeadInfo(method={:?}, http_version={:?}, content_length={:?}, chunked={})",
+                String::from_utf8_lossy(self.method.bind(py).as_bytes()),
+                String::from_utf8_lossy(self.http_version.bind(py).as_bytes()),
+                self.content_length,
+                self.chunked,
+            )
+        }
+    }
+
+    /// Screen a whole request head (request line to CRLF CRLF, included) against RFC 9112
+    /// and `max_bytes`; `RequestError` (400, or 431 for size and count) if refused.
+    #[pyfunction]
+    fn screen_request_head(
+        py: Python<'_>,
+        head: Cow<'_, [u8]>,
+        max_bytes: usize,
+    ) -> PyResult<HeadInfo> {
+        let h = head::screen_request_head(&head, max_bytes)?;
+        Ok(HeadInfo {
+            method: PyBytes::new(py, h.method).unbind(),
+            target: PyBytes::new(py, h.target).unbind(),
+            http_version: PyBytes::new(py, h.http_version).unbind(),
+            content_length: h.content_length,
+            chunked: h.chunked,
+            keep_alive: h.keep_alive,
+            expect_continue: h.expect_continue,
+            upgrade: h.upgrade,
+        })
+    }
+
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("RequestError", m.py().get_type::<RequestError>())?;
@@ -526,6 +584,9 @@ mod binding {
         m.add("OTLP_MAX_DECODED_BYTES", otlp::MAX_DECODED_BYTES)?;
         m.add("OTLP_MAX_DATA_POINTS", otlp::MAX_DATA_POINTS)?;
         m.add("OTLP_MAX_ATTRIBUTES", otlp::MAX_ATTRIBUTES)?;
+        m.add_class::<HeadInfo>()?;
+        m.add_function(wrap_pyfunction!(screen_request_head, m)?)?;
+        m.add("MAX_HEADER_LINES", head::MAX_HEADER_LINES)?;
         Ok(())
     }
 }
