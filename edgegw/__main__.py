@@ -124,6 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if args.command == "serve" and args.worker_fd is None:
+        from edgegw.envcheck import warn_unhonoured
+
+        warn_unhonoured(os.environ)  # once per machine, not once per worker
     try:
         if args.command == "serve":
             workers = settings.workers or os.cpu_count() or 1

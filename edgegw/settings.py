@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
+from edgegw.envcheck import refusals
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
 from edgegw.providers import PROVIDERS, ProviderConfig
 
@@ -279,4 +280,6 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             kw["host"] = str(value)
         else:
             raise SettingsError(f"unknown override {name}")
+    if refused := refusals(env):
+        raise SettingsError("; ".join(refused))
     return Settings(**kw)  # type: ignore[arg-type]

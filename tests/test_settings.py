@@ -96,3 +96,49 @@ def test_cli_fails_at_start_naming_the_variable() -> None:
     )
     assert proc.returncode == 2
     assert "SERVER_PORT" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"GUARDRAILS_ENABLED": "true"},
+        {"SERVER_TLS_CERT_PATH": "/etc/edgegw/cert.pem", "SERVER_TLS_KEY_PATH": "/k.pem"},
+    ],
+)
+def test_protection_that_cannot_be_given_stops_the_start(env: dict[str, str]) -> None:
+    with pytest.raises(SettingsError) as info:
+        Settings.load(environ=env)
+    assert next(iter(env)) in str(info.value)
+    # Switched off explicitly, it is no reason to refuse.
+    if "GUARDRAILS_ENABLED" in env:
+        Settings.load(environ={"GUARDRAILS_ENABLED": "false"})
+
+
+def test_unhonoured_variables_are_named_at_start() -> None:
+    env = {
+        "PATH": "",
+        "SERVER_PORT": "0",
+        "MCP_SERVERS": "http://127.0.0.1:1/mcp",
+        "ENVIRONMENT": "production",
+        "EDGEGW_WORKRES": "2",  # a typo
+        "EDGEGW_WORKERS": "1",
+    }
+    with subprocess.Popen(
+        [sys.executable, "-m", "edgegw", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        stderr = ""
+        assert proc.stderr is not None
+        try:
+            while "EDGEGW_WORKRES" not in stderr or "MCP_SERVERS" not in stderr:
+                line = proc.stderr.readline()
+                assert line, stderr
+                stderr += line
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    assert "ENVIRONMENT is set but not honoured" in stderr
+    assert "EDGEGW_WORKERS" not in stderr.replace("EDGEGW_WORKRES", "")

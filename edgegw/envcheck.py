@@ -1,0 +1,97 @@
+"""Nothing an operator sets is silently ignored.
+
+inference-gateway's variables that edgegw does not implement (yet) are named in one warning
+each at start; a variable that asks for protection edgegw cannot give stops the start
+instead (never fail open); an `EDGEGW_*` variable edgegw does not know (a typo) is named too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+
+log = logging.getLogger("edgegw.settings")
+
+# inference-gateway variables (and prefixes, ending in "_") edgegw does not act on, with
+# what that means for the operator.
+NOT_IMPLEMENTED: dict[str, str] = {
+    "A2A_": "agent-to-agent endpoints are not part of edgegw",
+    "MCP_": "MCP tools are not served yet",
+    "ROUTING_": "model routing is not implemented yet: aliases are not resolved",
+    "GUARDRAILS_": "guardrails are not implemented yet",
+    "TELEMETRY_TRACING_": "tracing is not implemented yet: no spans are exported",
+    "DEBUG_CONTENT_TRUNCATE_WORDS": "edgegw logs no prompt or completion text",
+    "DEBUG_MAX_MESSAGES": "edgegw logs no prompt or completion text",
+    "ENVIRONMENT": "edgegw has no development mode; LOG_LEVEL sets the verbosity",
+    "ENABLE_AUDIO": "the audio endpoints are not served",
+    "ENABLE_TELEMETRY": "edgegw reads TELEMETRY_ENABLED",
+    "SERVER_READ_TIMEOUT": "edgegw bounds request heads and bodies with its own limits (README)",
+    "SERVER_WRITE_TIMEOUT": "edgegw bounds stalled writes with its own limit (README)",
+    "SERVER_IDLE_TIMEOUT": "edgegw bounds idle connections with its own limit (README)",
+    "CLIENT_MAX_IDLE_CONNS": "edgegw reads UPSTREAM_POOL_IDLE_PER_HOST",
+    "CLIENT_MAX_IDLE_CONNS_PER_HOST": "edgegw reads UPSTREAM_POOL_IDLE_PER_HOST",
+    "CLIENT_IDLE_CONN_TIMEOUT": "idle upstream connections are checked before reuse instead",
+    "CLIENT_RESPONSE_HEADER_TIMEOUT": "edgegw reads UPSTREAM_FIRST_BYTE_TIMEOUT",
+    "CLIENT_TIMEOUT": "edgegw reads UPSTREAM_FIRST_BYTE_TIMEOUT and UPSTREAM_IDLE_TIMEOUT",
+    "CLIENT_DISABLE_COMPRESSION": "edgegw always asks upstreams for identity encoding",
+    "CLIENT_EXPECT_CONTINUE_TIMEOUT": "edgegw sends request bodies without Expect",
+    "CLIENT_TLS_MIN_VERSION": "outbound TLS is 1.2 or newer (Python's default context)",
+}
+
+# Settings that ask for protection: set (an *_ENABLED one: to a true value) and not
+# implemented, they stop the start. Each is (variable, what to do).
+REFUSED: tuple[tuple[str, str], ...] = (
+    ("GUARDRAILS_ENABLED", "guardrails are not implemented yet; unset GUARDRAILS_ENABLED"),
+    ("SERVER_TLS_CERT_PATH", "HTTPS is not served yet; put a TLS terminator in front"),
+    ("SERVER_TLS_KEY_PATH", "HTTPS is not served yet; put a TLS terminator in front"),
+)
+
+# Every EDGEGW_* variable edgegw reads.
+KNOWN_EDGEGW = frozenset(
+    {
+        "EDGEGW_API_KEYS",
+        "EDGEGW_API_KEYS_FILE",
+        "EDGEGW_WORKERS",
+        "EDGEGW_MAX_IN_FLIGHT",
+        "EDGEGW_COMMUNITY_MODELS_FILE",
+        "EDGEGW_RESPONSE_BUFFER_BUDGET",
+        "EDGEGW_SERVER",
+        "EDGEGW_BENCH_API_KEY",
+    }
+)
+
+
+def _enabled(value: str) -> bool:
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def refusals(environ: Mapping[str, str]) -> list[str]:
+    """Messages for the settings that must stop the start (empty: none)."""
+    out = []
+    for name, why in REFUSED:
+        value = environ.get(name, "")
+        if value.strip() and (not name.endswith("_ENABLED") or _enabled(value)):
+            out.append(f"{name}: {why}")
+    return out
+
+
+def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> list[str]:
+    """One warning per variable that is set and that edgegw does not act on."""
+    known = KNOWN_EDGEGW | set(extra_known)
+    out = []
+    for name in sorted(environ):
+        if not environ[name].strip():
+            continue
+        for key, why in NOT_IMPLEMENTED.items():
+            if name == key or (key.endswith("_") and name.startswith(key)):
+                out.append(f"{name} is set but not honoured: {why}")
+                break
+        else:
+            if name.startswith("EDGEGW_") and name not in known:
+                out.append(f"{name} is set but edgegw has no such setting (a typo?)")
+    return out
+
+
+def warn_unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> None:
+    for message in unhonoured(environ, extra_known):
+        log.warning("%s", message)
