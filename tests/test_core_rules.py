@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from edgegw._core import RequestError, parse_chat_request, parse_completions_request
+from edgegw.local.contract import LOCAL_UNSUPPORTED
+from edgegw.providers import OPENAI_CHAT_FIELDS, OPENAI_COMPLETIONS_FIELDS
 
 INV = "invalid_request"
 UNS = "unsupported_field"
@@ -1084,3 +1086,122 @@ def test_request_error_shape() -> None:
     err = info.value
     assert isinstance(err.args[0], str) and err.args[0]
     assert (err.status, err.type, err.code, err.param) == (400, ERROR_TYPE, UNS, "foo")
+
+
+# ---------------------------------------------------------------------------------------------
+# reach: which present fields a remote provider or a local worker cannot honour
+
+# One valid value for every field of each table, with what the field needs beside it. Each
+# row says which list the field lands in: "remote" (remote_unsupported), "local"
+# (local_unsupported), "" (neither) or None (not a field at all: accepted, never forwarded).
+REACH_CHAT: list[tuple[str, Any, dict[str, Any], str | None]] = [
+    ("model", "m", {}, ""),
+    ("messages", [USER], {}, ""),
+    ("max_completion_tokens", 5, {}, ""),
+    ("max_tokens", 5, {}, ""),
+    ("temperature", 0.5, {}, ""),
+    ("top_p", 0.5, {}, ""),
+    ("stop", ["x"], {}, ""),
+    ("frequency_penalty", 0.5, {}, ""),
+    ("presence_penalty", 0.5, {}, ""),
+    ("top_k", 40, {}, "remote"),
+    ("repetition_penalty", 1.1, {}, "remote"),
+    ("min_tokens", 1, {}, "remote"),
+    ("chat_template_kwargs", {"enable_thinking": False}, {}, "remote"),
+    ("n", 2, {}, ""),
+    ("best_of", 2, {}, "remote"),
+    ("lora_adapter", "a", {}, "remote"),
+    ("user", "u", {}, ""),
+    ("safety_identifier", "s", {}, None),
+    ("seed", 1, {}, ""),
+    ("logprobs", True, {}, ""),
+    ("top_logprobs", 2, {"logprobs": True}, ""),
+    ("logit_bias", {"5": 1}, {}, ""),
+    ("prompt_cache_key", "k", {}, ""),
+    ("routing_key", "k", {}, ""),
+    ("stream", True, {}, ""),
+    ("stream_options", {"include_usage": True}, {"stream": True}, ""),
+    ("parallel_tool_calls", True, {"tools": [TOOL]}, ""),
+    ("reasoning_effort", "low", {}, "local"),
+    ("reasoning_format", "parsed", {}, "local"),
+    ("response_format", {"type": "json_object"}, {}, ""),
+    ("tools", [TOOL], {}, ""),
+    ("tool_choice", "auto", {"tools": [TOOL]}, ""),
+]
+REACH_COMPLETIONS: list[tuple[str, Any, dict[str, Any], str | None]] = [
+    ("model", "m", {}, ""),
+    ("prompt", "p", {}, ""),
+    ("max_tokens", 5, {}, ""),
+    ("temperature", 0.5, {}, ""),
+    ("top_p", 0.5, {}, ""),
+    ("stop", "x", {}, ""),
+    ("frequency_penalty", 0.5, {}, ""),
+    ("presence_penalty", 0.5, {}, ""),
+    ("seed", 1, {}, ""),
+    ("stream", True, {}, ""),
+    ("n", 1, {}, ""),
+]
+REACH_CASES = [
+    pytest.param(parse, base, *row, id=f"{endpoint}:{row[0]}")
+    for endpoint, parse, base, rows in (
+        ("chat", parse_chat_request, CHAT_BASE, REACH_CHAT),
+        ("completions", parse_completions_request, COMPLETIONS_BASE, REACH_COMPLETIONS),
+    )
+    for row in rows
+]
+
+
+@pytest.mark.parametrize(("parse", "base", "name", "value", "needs", "lands"), REACH_CASES)
+def test_reach_of_each_field(
+    parse: Callable[[bytes], Any],
+    base: dict[str, Any],
+    name: str,
+    value: Any,
+    needs: dict[str, Any],
+    lands: str | None,
+) -> None:
+    req = parse(encode({**base, **needs, name: value}))
+    assert (name in req.fields) is (lands is not None)
+    assert (name in req.remote_unsupported) is (lands == "remote")
+    assert (name in req.local_unsupported) is (lands == "local")
+    # A null counts as absent: in no list.
+    if name not in base:
+        nulled = parse(encode({**base, **needs, name: None}))
+        assert name not in nulled.remote_unsupported + nulled.local_unsupported
+
+
+def test_reach_equals_the_python_sets() -> None:
+    """The tables' reach is exactly what the Python callers hold today: a remote target
+    refuses each field outside OPENAI_*_FIELDS (that is present, so in `fields`), a local
+    target each field in LOCAL_UNSUPPORTED."""
+    for rows, openai in (
+        (REACH_CHAT, OPENAI_CHAT_FIELDS),
+        (REACH_COMPLETIONS, OPENAI_COMPLETIONS_FIELDS),
+    ):
+        fields = {name for name, _, _, lands in rows if lands is not None}
+        assert openai <= fields, "every OpenAI field is in the table"
+        assert {n for n, _, _, lands in rows if lands == "remote"} == fields - openai
+        assert {n for n, _, _, lands in rows if lands == "local"} == fields & set(LOCAL_UNSUPPORTED)
+
+
+def test_reach_lists_are_sorted_and_the_python_refusals() -> None:
+    """All fields at once: each list is what today's Python loops would refuse, sorted."""
+    body = {**CHAT_BASE, "best_of": 1}
+    for name, value, needs, _ in REACH_CHAT:
+        if name != "best_of":
+            body |= {**needs, name: value}
+    body |= {"stream": False, "n": 1}  # best_of: no streaming, best_of >= n
+    req = parse_chat_request(encode(body))
+    assert req.remote_unsupported == tuple(
+        sorted(f for f in req.fields if f not in OPENAI_CHAT_FIELDS)
+    )
+    assert req.local_unsupported == tuple(f for f in req.fields if f in LOCAL_UNSUPPORTED)
+    assert req.remote_unsupported == (
+        "best_of",
+        "chat_template_kwargs",
+        "lora_adapter",
+        "min_tokens",
+        "repetition_penalty",
+        "top_k",
+    )
+    assert req.local_unsupported == ("reasoning_effort", "reasoning_format")

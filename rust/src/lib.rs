@@ -138,6 +138,16 @@ mod binding {
         fn features<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
             PyTuple::new(py, &self.inner.features)
         }
+        /// Present fields a remote OpenAI-compatible provider cannot honour, sorted.
+        #[getter]
+        fn remote_unsupported<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, &self.inner.remote_unsupported)
+        }
+        /// Present fields a local worker cannot honour, sorted.
+        #[getter]
+        fn local_unsupported<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, &self.inner.local_unsupported)
+        }
         #[getter]
         fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
             self.body.bind(py).clone()

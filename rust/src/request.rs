@@ -1,7 +1,8 @@
 //! Request bodies of `/v1/chat/completions` and `/v1/completions`: bytes in, a
 //! validated [`Parsed`] out, or one [`Rejection`].
 //!
-//! The allow-lists are tables of field → [`Rule`] ([`CHAT_FIELDS`], [`COMPLETIONS_FIELDS`]).
+//! The allow-lists are tables of field → ([`Rule`], [`Reach`]) ([`CHAT_FIELDS`],
+//! [`COMPLETIONS_FIELDS`]): how the value is checked, and which targets honour the field.
 //! Checks run in the reference gateway's order, so that a body with several faults
 //! reports the same one:
 //!   1. (completions only) the reject-list: `echo`, `suffix`, `logprobs`, `best_of`;
@@ -66,98 +67,100 @@ enum Rule {
     Structured,
 }
 
+/// Which targets can honour a field. The parser accepts every field of its table either
+/// way; a route refuses the ones its target cannot honour ([`Parsed::remote_unsupported`],
+/// [`Parsed::local_unsupported`]), never silently cutting them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// A remote OpenAI-compatible provider and a local SGLang worker.
+    Both,
+    /// SIE extensions to the OpenAI API: only a local worker honours them.
+    LocalOnly,
+    /// OpenAI fields SGLang does not take: only a remote provider honours them.
+    RemoteOnly,
+    /// Accepted, then forwarded to no target and never logged: not in `fields` at all.
+    Ignored,
+}
+use Reach::{Both, Ignored, LocalOnly, RemoteOnly};
+
+// Value ranges shared by the tables.
+const OUTPUT_TOKENS: Rule = Rule::Int {
+    min: 1,
+    max: U32_MAX,
+};
+const TEMPERATURE: Rule = Rule::Float {
+    min: 0.0,
+    min_incl: true,
+    max: f64::INFINITY,
+    max_incl: false,
+};
+const TOP_P: Rule = Rule::Float {
+    min: 0.0,
+    min_incl: false,
+    max: 1.0,
+    max_incl: true,
+};
 const F_PENALTY: Rule = Rule::Float {
     min: -2.0,
     min_incl: true,
     max: 2.0,
     max_incl: true,
 };
+const TOP_K: Rule = Rule::Int {
+    min: 1,
+    max: U32_MAX,
+};
+const REPETITION_PENALTY: Rule = Rule::Float {
+    min: 0.0,
+    min_incl: false,
+    max: 2.0,
+    max_incl: true,
+};
+const MIN_TOKENS: Rule = Rule::Int {
+    min: 0,
+    max: U32_MAX,
+};
+const REASONING_EFFORTS: Rule = Rule::Enum(&["none", "minimal", "low", "medium", "high", "xhigh"]);
+const REASONING_FORMATS: Rule = Rule::Enum(&["raw", "parsed", "hidden"]);
+
+/// One allow-list row: the field, how its value is checked, which targets honour it.
+type Field = (&'static str, Rule, Reach);
 
 /// The chat allow-list, in check order.
-const CHAT_FIELDS: &[(&str, Rule)] = &[
-    ("model", Rule::Model),
-    ("messages", Rule::Messages),
-    (
-        "max_completion_tokens",
-        Rule::Int {
-            min: 1,
-            max: U32_MAX,
-        },
-    ),
-    (
-        "max_tokens",
-        Rule::Int {
-            min: 1,
-            max: U32_MAX,
-        },
-    ),
-    (
-        "temperature",
-        Rule::Float {
-            min: 0.0,
-            min_incl: true,
-            max: f64::INFINITY,
-            max_incl: false,
-        },
-    ),
-    (
-        "top_p",
-        Rule::Float {
-            min: 0.0,
-            min_incl: false,
-            max: 1.0,
-            max_incl: true,
-        },
-    ),
-    ("stop", Rule::Stop),
-    ("frequency_penalty", F_PENALTY),
-    ("presence_penalty", F_PENALTY),
-    (
-        "top_k",
-        Rule::Int {
-            min: 1,
-            max: U32_MAX,
-        },
-    ),
-    (
-        "repetition_penalty",
-        Rule::Float {
-            min: 0.0,
-            min_incl: false,
-            max: 2.0,
-            max_incl: true,
-        },
-    ),
-    (
-        "min_tokens",
-        Rule::Int {
-            min: 0,
-            max: U32_MAX,
-        },
-    ),
-    ("chat_template_kwargs", Rule::Object),
-    ("n", Rule::N),
-    ("best_of", Rule::BestOf),
-    ("lora_adapter", Rule::NonEmptyStr),
-    ("user", Rule::Str),
-    ("safety_identifier", Rule::Str),
-    ("seed", Rule::Seed),
-    ("logprobs", Rule::Bool),
-    ("top_logprobs", Rule::TopLogprobs),
-    ("logit_bias", Rule::LogitBias),
-    ("prompt_cache_key", Rule::Hint),
-    ("routing_key", Rule::Hint),
-    ("stream", Rule::Bool),
-    ("stream_options", Rule::StreamOptions),
-    ("parallel_tool_calls", Rule::Bool),
-    (
-        "reasoning_effort",
-        Rule::Enum(&["none", "minimal", "low", "medium", "high", "xhigh"]),
-    ),
-    ("reasoning_format", Rule::Enum(&["raw", "parsed", "hidden"])),
-    ("response_format", Rule::Structured),
-    ("tools", Rule::Structured),
-    ("tool_choice", Rule::Structured),
+#[rustfmt::skip]
+const CHAT_FIELDS: &[Field] = &[
+    ("model",                 Rule::Model,         Both),
+    ("messages",              Rule::Messages,      Both),
+    ("max_completion_tokens", OUTPUT_TOKENS,       Both),
+    ("max_tokens",            OUTPUT_TOKENS,       Both),
+    ("temperature",           TEMPERATURE,         Both),
+    ("top_p",                 TOP_P,               Both),
+    ("stop",                  Rule::Stop,          Both),
+    ("frequency_penalty",     F_PENALTY,           Both),
+    ("presence_penalty",      F_PENALTY,           Both),
+    ("top_k",                 TOP_K,               LocalOnly),
+    ("repetition_penalty",    REPETITION_PENALTY,  LocalOnly),
+    ("min_tokens",            MIN_TOKENS,          LocalOnly),
+    ("chat_template_kwargs",  Rule::Object,        LocalOnly),
+    ("n",                     Rule::N,             Both),
+    ("best_of",               Rule::BestOf,        LocalOnly),
+    ("lora_adapter",          Rule::NonEmptyStr,   LocalOnly),
+    ("user",                  Rule::Str,           Both),
+    ("safety_identifier",     Rule::Str,           Ignored),
+    ("seed",                  Rule::Seed,          Both),
+    ("logprobs",              Rule::Bool,          Both),
+    ("top_logprobs",          Rule::TopLogprobs,   Both),
+    ("logit_bias",            Rule::LogitBias,     Both),
+    ("prompt_cache_key",      Rule::Hint,          Both),
+    ("routing_key",           Rule::Hint,          Both),
+    ("stream",                Rule::Bool,          Both),
+    ("stream_options",        Rule::StreamOptions, Both),
+    ("parallel_tool_calls",   Rule::Bool,          Both),
+    ("reasoning_effort",      REASONING_EFFORTS,   RemoteOnly),
+    ("reasoning_format",      REASONING_FORMATS,   RemoteOnly),
+    ("response_format",       Rule::Structured,    Both),
+    ("tools",                 Rule::Structured,    Both),
+    ("tool_choice",           Rule::Structured,    Both),
 ];
 
 /// Chat fields refused by name (OpenAI fields outside this gateway's contract).
@@ -173,40 +176,19 @@ const CHAT_REJECTED: &[&str] = &[
     "verbosity",
 ];
 
-const COMPLETIONS_FIELDS: &[(&str, Rule)] = &[
-    ("model", Rule::Model),
-    ("prompt", Rule::Prompt),
-    (
-        "max_tokens",
-        Rule::Int {
-            min: 1,
-            max: U32_MAX,
-        },
-    ),
-    (
-        "temperature",
-        Rule::Float {
-            min: 0.0,
-            min_incl: true,
-            max: f64::INFINITY,
-            max_incl: false,
-        },
-    ),
-    (
-        "top_p",
-        Rule::Float {
-            min: 0.0,
-            min_incl: false,
-            max: 1.0,
-            max_incl: true,
-        },
-    ),
-    ("stop", Rule::Stop),
-    ("frequency_penalty", F_PENALTY),
-    ("presence_penalty", F_PENALTY),
-    ("seed", Rule::Seed),
-    ("stream", Rule::Bool),
-    ("n", Rule::CompletionsN),
+#[rustfmt::skip]
+const COMPLETIONS_FIELDS: &[Field] = &[
+    ("model",             Rule::Model,        Both),
+    ("prompt",            Rule::Prompt,       Both),
+    ("max_tokens",        OUTPUT_TOKENS,      Both),
+    ("temperature",       TEMPERATURE,        Both),
+    ("top_p",             TOP_P,              Both),
+    ("stop",              Rule::Stop,         Both),
+    ("frequency_penalty", F_PENALTY,          Both),
+    ("presence_penalty",  F_PENALTY,          Both),
+    ("seed",              Rule::Seed,         Both),
+    ("stream",            Rule::Bool,         Both),
+    ("n",                 Rule::CompletionsN, Both),
 ];
 
 /// Checked before anything else on `/v1/completions`.
@@ -238,6 +220,11 @@ pub struct Parsed {
     pub fields: Vec<&'static str>,
     /// Value-level extensions a target must also honour (`response_format.regex`, ...).
     pub features: Vec<&'static str>,
+    /// The `fields` a remote OpenAI-compatible provider cannot honour ([`Reach::LocalOnly`]),
+    /// sorted. `features` are not fields: a remote target refuses those too.
+    pub remote_unsupported: Vec<&'static str>,
+    /// The `fields` a local worker cannot honour ([`Reach::RemoteOnly`]), sorted.
+    pub local_unsupported: Vec<&'static str>,
     /// Members to forward: (name, start, end) into the body, in source order.
     spans: Vec<(&'static str, usize, usize)>,
 }
@@ -307,7 +294,7 @@ pub fn parse_completions(body: &[u8]) -> Result<Parsed, Rejection> {
 
 fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     let members = json::parse_object_document(body)?;
-    let (table, rejected): (&[(&'static str, Rule)], &[&str]) = match endpoint {
+    let (table, rejected): (&[Field], &[&str]) = match endpoint {
         Endpoint::Chat => (CHAT_FIELDS, CHAT_REJECTED),
         Endpoint::Completions => (COMPLETIONS_FIELDS, &[]),
     };
@@ -334,11 +321,13 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         has_images: false,
         fields: Vec::new(),
         features: Vec::new(),
+        remote_unsupported: Vec::new(),
+        local_unsupported: Vec::new(),
         spans: Vec::with_capacity(members.len()),
     };
 
     // 2. Typed checks of known fields, in table order.
-    for &(name, rule) in table {
+    for &(name, rule, _) in table {
         let value = get(name);
         if matches!(rule, Rule::Structured) {
             continue;
@@ -349,7 +338,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     let mut unknown: Vec<&str> = members
         .iter()
         .map(|m| m.key.as_ref())
-        .filter(|k| !table.iter().any(|(name, _)| name == k))
+        .filter(|k| !table.iter().any(|(name, _, _)| name == k))
         .collect();
     unknown.sort_unstable();
 
@@ -403,23 +392,29 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
 
     // Record what is present and what is forwarded.
     for m in &members {
-        let Some(&(name, rule)) = table.iter().find(|(n, _)| *n == m.key) else {
+        let Some(&(name, rule, reach)) = table.iter().find(|(n, _, _)| *n == m.key) else {
             continue;
         };
         let ignored =
             matches!(rule, Rule::Hint) && !matches!(m.value, Value::String(_) | Value::Null);
-        // safety_identifier is accepted and never forwarded, never logged.
-        if ignored || name == "safety_identifier" {
+        if ignored || reach == Ignored {
             continue;
         }
         // An empty logit_bias counts as absent.
         let absent = m.value.is_null() || (name == "logit_bias" && is_empty_object(&m.value));
         if !absent {
             p.fields.push(name);
+            match reach {
+                LocalOnly => p.remote_unsupported.push(name),
+                RemoteOnly => p.local_unsupported.push(name),
+                Both | Ignored => {}
+            }
         }
         p.spans.push((name, m.start, m.end));
     }
     p.fields.sort_unstable();
+    p.remote_unsupported.sort_unstable();
+    p.local_unsupported.sort_unstable();
     Ok(p)
 }
 
@@ -1284,6 +1279,45 @@ mod tests {
         assert!(out(&two, &[], &[("top_k", "x"), ("seed", "x")]).ends_with(r#""x":3,"seed":4}"#));
         // A `to` that needs escaping is written as a JSON string.
         assert!(out(&neither, &[], &[("top_k", "a\"b")]).ends_with(r#""a\"b":3}"#));
+    }
+
+    /// Every row's reach, spelled out: what edgegw/providers.py (OPENAI_CHAT_FIELDS,
+    /// OPENAI_COMPLETIONS_FIELDS) and edgegw/local/contract.py (LOCAL_UNSUPPORTED) held
+    /// when the reach moved here; tests/test_core_rules.py checks the same against them.
+    #[test]
+    fn reach_of_every_field() {
+        let names = |table: &[Field], reach: Reach| -> Vec<&str> {
+            let mut v: Vec<&str> = table.iter().filter(|f| f.2 == reach).map(|f| f.0).collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(
+            names(CHAT_FIELDS, LocalOnly),
+            [
+                "best_of",
+                "chat_template_kwargs",
+                "lora_adapter",
+                "min_tokens",
+                "repetition_penalty",
+                "top_k"
+            ]
+        );
+        assert_eq!(
+            names(CHAT_FIELDS, RemoteOnly),
+            ["reasoning_effort", "reasoning_format"]
+        );
+        assert_eq!(names(CHAT_FIELDS, Ignored), ["safety_identifier"]);
+        assert_eq!(names(CHAT_FIELDS, Both).len(), CHAT_FIELDS.len() - 9);
+        assert_eq!(
+            names(COMPLETIONS_FIELDS, Both).len(),
+            COMPLETIONS_FIELDS.len()
+        );
+
+        let p = chat(r#""top_k":3,"reasoning_effort":"low","min_tokens":null,"safety_identifier":"s","best_of":1"#).unwrap();
+        assert_eq!(p.remote_unsupported, ["best_of", "top_k"]);
+        assert_eq!(p.local_unsupported, ["reasoning_effort"]);
+        let p = chat("").unwrap();
+        assert!(p.remote_unsupported.is_empty() && p.local_unsupported.is_empty());
     }
 
     #[test]
