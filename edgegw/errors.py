@@ -44,6 +44,10 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "model_not_found": (404, "model_not_found"),
     # -- who may send it
     "invalid_api_key": (401, "authentication_error"),
+    "missing_token": (401, "authentication_error"),  # OIDC (edgegw.auth): no bearer token
+    "invalid_token": (401, "authentication_error"),
+    "token_expired": (401, "authentication_error"),
+    "token_not_yet_valid": (401, "authentication_error"),
     "model_not_allowed": (403, "permission_error"),
     # -- the gateway's own state
     "overloaded": (503, "server_error"),

@@ -9,12 +9,14 @@ the variable; no secret value is ever printed.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from edgegw.envcheck import refusals
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
@@ -38,6 +40,13 @@ class Settings:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     # Client keys for edgegw itself; empty means no client auth.
     api_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # OIDC bearer tokens (edgegw.auth): the issuer (discovered at start) and the audience
+    # a token must name. The client secret is accepted for inference-gateway's
+    # deployments and unused: verifying a token needs only the issuer's public keys.
+    auth_enabled: bool = False
+    auth_oidc_issuer: str | None = None
+    auth_oidc_client_id: str | None = None
+    auth_oidc_client_secret: str | None = field(default=None, repr=False)
     # Providers that can serve requests: keyed ones with a key, keyless ones with a URL.
     providers: Mapping[str, ProviderConfig] = field(default_factory=lambda: MappingProxyType({}))
     connect_timeout_s: float = 10.0
@@ -147,6 +156,33 @@ def _url(name: str, text: str) -> str:
     return text
 
 
+def idp_url_problem(url: str) -> str | None:
+    """Why `url` cannot locate an identity provider's documents (None when it can): https,
+    or http on a loopback host only, since whoever answers it chooses the keys that admit
+    clients."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        host = None
+    if host is None or parts.scheme not in ("http", "https") or not url.isprintable():
+        return "must be an http:// or https:// URL"
+    if parts.query or parts.fragment or " " in url:
+        return "must have no query, fragment or spaces"
+    if parts.scheme == "http" and not _loopback(host):
+        return "must be https:// (http:// only on a loopback host)"
+    return None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _read_config_file(path: Path) -> tuple[dict[str, str], dict[str, object]]:
     """(scalar settings by variable name, structured sections by key)."""
     try:
@@ -251,6 +287,29 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         if not k.isprintable() or " " in k:
             raise SettingsError("EDGEGW_API_KEYS: keys must be printable and contain no spaces")
     kw["api_keys"] = tuple(k.encode() for k in keys)
+
+    if v := env.get("AUTH_ENABLED"):
+        kw["auth_enabled"] = _bool("AUTH_ENABLED", v)
+    for var, attr in (
+        ("AUTH_OIDC_ISSUER", "auth_oidc_issuer"),
+        ("AUTH_OIDC_CLIENT_ID", "auth_oidc_client_id"),
+        ("AUTH_OIDC_CLIENT_SECRET", "auth_oidc_client_secret"),
+    ):
+        if v := env.get(var, "").strip():
+            if not v.isprintable():
+                raise SettingsError(f"{var}: must be printable")
+            kw[attr] = v
+    if kw.get("auth_enabled"):
+        # Never fail open: with auth on, a missing or unusable issuer stops the start.
+        issuer = kw.get("auth_oidc_issuer")
+        if not isinstance(issuer, str):
+            raise SettingsError("AUTH_OIDC_ISSUER: required when AUTH_ENABLED=true")
+        if problem := idp_url_problem(issuer):
+            raise SettingsError(f"AUTH_OIDC_ISSUER: {problem}")
+        if not kw.get("auth_oidc_client_id"):
+            raise SettingsError(
+                "AUTH_OIDC_CLIENT_ID: required when AUTH_ENABLED=true (the audience tokens name)"
+            )
 
     providers: dict[str, ProviderConfig] = {}
     for pid, provider in PROVIDERS.items():
