@@ -3,7 +3,8 @@
 The request pipeline, in order:
   1. route by exact path, then method (404 / 405 in the envelope);
   2. refuse new work while draining (503 `shutting_down`, `Connection: close`);
-  3. client authentication when `EDGEGW_API_KEYS` is set (every route but /health);
+  3. client authentication when `EDGEGW_API_KEYS` is set or `AUTH_ENABLED` (every route
+     but /health): a client key, or an OIDC bearer token (edgegw.auth), either passes;
   4. the in-flight bound (503 `overloaded` + `Retry-After` at once);
   5. the route (edgegw/routes/): it reads and validates its body, resolves its target
      (edgegw.resolve) and runs its exchange (edgegw.exchange), given the request-independent
@@ -23,6 +24,7 @@ from typing import Any
 
 from edgegw._core import RequestError, UpstreamProtocolError
 from edgegw.asgi import Call, ClientGone, Receive, Scope, Send
+from edgegw.auth.verifier import looks_like_jwt, missing_token
 from edgegw.errors import (
     INTERNAL_ERROR_BODY,
     Answerable,
@@ -114,8 +116,8 @@ class App:
         if path == "/health":
             await handler(gw, call)
             return
-        if self._api_keys:
-            self._authenticate(call)
+        if self._api_keys or gw.verifier is not None:
+            await self._authenticate(call)
         if load.in_flight >= gw.settings.max_in_flight:
             raise fail(
                 "overloaded",
@@ -128,24 +130,34 @@ class App:
         finally:
             load.in_flight -= 1
 
-    def _authenticate(self, call: Call) -> None:
-        presented = None
+    async def _authenticate(self, call: Call) -> None:
+        """A client key passes; otherwise, with OIDC on, a bearer token that verifies. A
+        bearer value that is not JWT-shaped is judged as a key when keys are set."""
+        presented = bearer = None
         for name, value in call.scope["headers"]:
             if name == b"authorization" and value[:7].lower() == b"bearer ":
-                presented = value[7:].strip()
+                presented = bearer = value[7:].strip()
             elif name == b"x-api-key":
                 presented = value.strip()
-        ok = False
-        if presented:
-            # Compare against every key, whatever matched, so timing tells nothing.
-            for key in self._api_keys:
-                ok |= hmac.compare_digest(presented, key)
-        if not ok:
-            raise fail(
-                "invalid_api_key",
-                "A valid API key is required: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
-                headers=((b"www-authenticate", b"Bearer"),),
-            )
+        verifier = self.gateway.verifier
+        if self._api_keys:
+            ok = False
+            if presented:
+                # Compare against every key, whatever matched, so timing tells nothing.
+                for key in self._api_keys:
+                    ok |= hmac.compare_digest(presented, key)
+            if ok:
+                return
+            if verifier is None or (presented and not looks_like_jwt(bearer)):
+                raise fail(
+                    "invalid_api_key",
+                    "A valid API key is required: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
+                    headers=((b"www-authenticate", b"Bearer"),),
+                )
+        assert verifier is not None
+        if not bearer:
+            raise missing_token()
+        await verifier.verify(bearer)
 
 
 async def _answer_error(call: Call, e: Answerable) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgegw.auth.verifier import OidcVerifier
 from edgegw.bodies import BufferBudget
 from edgegw.exchange import DisconnectWatch
 from edgegw.local.contract import SdkVersionLog
@@ -40,6 +41,8 @@ class Gateway:
     telemetry: Telemetry
     sdk_versions: SdkVersionLog
     load: Load
+    # Bearer-token verification when AUTH_ENABLED (started by serve()); None otherwise.
+    verifier: OidcVerifier | None = None
 
     @property
     def pool(self) -> UpstreamPool:
@@ -71,4 +74,5 @@ def build_gateway(
         telemetry=telemetry,
         sdk_versions=SdkVersionLog(),
         load=Load(),
+        verifier=OidcVerifier.from_settings(settings, pool) if settings.auth_enabled else None,
     )

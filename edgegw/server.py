@@ -67,6 +67,8 @@ async def serve(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
+            if gw.verifier is not None:  # OIDC discovery and keys; an unusable issuer stops here
+                await nursery.start(gw.verifier.run)
             if settings.local_models:
                 await nursery.start(gw.fleet.run)
             if settings.telemetry_enabled:
