@@ -1,0 +1,182 @@
+"""One client connection, served by one task: read a request head (bounded in size and
+time), screen it, parse it with h11, run the ASGI app for it in this same task
+(edgegw.http1.cycle), write its answer; again while the connection may be kept alive.
+
+Every answer of this layer itself (400, 408, 431, 501; 500 when the app answered nothing)
+is the JSON envelope with `Connection: close`. A connection that sent nothing of a next
+request within its deadline (new: header_timeout_s from accept; kept alive:
+keepalive_timeout_s) is closed without an answer, as nginx does, so that a client racing
+the close never reads a stray 408 as the answer to its next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from typing import Any
+
+import h11
+import trio
+
+from edgegw.http1.cycle import App, Cycle
+from edgegw.http1.limits import IDLE_SHED_AT, Limits
+from edgegw.http1.screen import HeadError, screen_head
+from edgegw.http1.wire import Wire
+
+log = logging.getLogger("edgegw.http1")
+
+# The head screen; the Rust core's `screen_request_head` is a drop-in replacement (its
+# RequestError has the attributes HeadError has: status, type, code, param).
+SCREEN = screen_head
+_LEADING_CRLF = re.compile(rb"(?:\r\n)+")
+
+
+class Server:
+    """What every connection shares: the app, the limits, the drain flag, the idle set."""
+
+    def __init__(self, app: App, limits: Limits, local: Any, cap: int) -> None:
+        self.app = app
+        self.limits = limits
+        self.local = local
+        self.cap = cap
+        self.shed_at = max(1, int(cap * IDLE_SHED_AT))
+        self.draining = False
+        self.connections: set[Connection] = set()
+        # Kept-alive connections waiting for a request, longest-idle first.
+        self.idle: dict[Connection, None] = {}
+        self.slot_freed: trio.Event | None = None
+
+    def forget(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self.idle.pop(conn, None)
+        if self.slot_freed is not None:
+            self.slot_freed.set()
+
+    def shed_idle(self) -> bool:
+        """Close the longest-idle kept-alive connection; False if there is none."""
+        while self.idle:
+            conn = next(iter(self.idle))
+            del self.idle[conn]
+            if conn.close_if_idle():
+                return True
+        return False
+
+    def begin_drain(self) -> None:
+        """A shutdown began: close every connection waiting for a request; the others
+        close after their current answer."""
+        self.draining = True
+        for conn in list(self.connections):
+            conn.close_if_idle()
+
+
+class Connection:
+    __slots__ = ("server", "wire", "client", "accepted_at", "idle_scope", "kept_alive")
+
+    def __init__(self, server: Server, sock: socket.socket, client: Any) -> None:
+        self.server = server
+        self.wire = Wire(sock, server.limits.write_stall_timeout_s)
+        self.client = client
+        self.accepted_at = trio.current_time()
+        self.idle_scope: trio.CancelScope | None = None  # while nothing of a request came
+        self.kept_alive = False  # has served a request
+
+    async def run(self) -> None:
+        wire = self.wire
+        server = self.server
+        try:
+            while True:
+                head = await self._read_head()
+                if head is None:
+                    return
+                try:
+                    SCREEN(head)
+                except HeadError as e:
+                    await wire.refuse(e.status, e.code, str(e))
+                    return
+                try:
+                    cycle = Cycle.start(wire, server, self.client, head)
+                except h11.RemoteProtocolError:
+                    await wire.refuse(400, "invalid_request", "malformed request head")
+                    return
+                if not await cycle.run():
+                    return
+                self.kept_alive = True
+        except Exception:
+            log.exception("connection failed")  # a bug here ends this connection only
+        finally:
+            try:
+                await wire.close()
+            finally:
+                server.forget(self)
+
+    def close_if_idle(self) -> bool:
+        """End the connection if it waits for a request with nothing of it received."""
+        if self.idle_scope is None:
+            return False
+        self.idle_scope.cancel()
+        self.idle_scope = None
+        return True
+
+    async def _read_head(self) -> bytes | None:
+        """The next request head, up to and including its CRLF CRLF, leading empty lines
+        dropped; None when the connection should close (idle, EOF, or refused)."""
+        wire = self.wire
+        limits = self.server.limits
+        buf = wire.buf
+        if not buf:
+            data = wire.recv_now()
+            if data is None:
+                if self.server.draining:
+                    return None
+                if self.kept_alive:
+                    deadline = trio.current_time() + limits.keepalive_timeout_s
+                    self.server.idle[self] = None
+                else:
+                    deadline = self.accepted_at + limits.header_timeout_s
+                with trio.CancelScope(deadline=deadline) as scope:
+                    self.idle_scope = scope
+                    data = await wire.recv()
+                self.idle_scope = None
+                self.server.idle.pop(self, None)
+                if scope.cancelled_caught:
+                    return None
+            else:
+                await trio.lowlevel.checkpoint()  # back-to-back requests: let others run
+            if not data:
+                return None
+            buf += data
+        if self.kept_alive:
+            deadline = trio.current_time() + limits.header_timeout_s
+        else:
+            deadline = self.accepted_at + limits.header_timeout_s
+        cap = limits.max_head_bytes
+        scan = 0
+        while True:
+            if buf[:1] == b"\r" and (m := _LEADING_CRLF.match(buf)) is not None:
+                del buf[: m.end()]
+                scan = 0
+            end = buf.find(b"\r\n\r\n", scan)
+            if end >= 0:
+                size = end + 4
+                if size > cap:
+                    break
+                head = bytes(buf[:size])
+                del buf[:size]
+                return head
+            if len(buf) >= cap:
+                break
+            scan = max(0, len(buf) - 3)
+            with trio.CancelScope(deadline=deadline) as scope:
+                data = await wire.recv()
+            if scope.cancelled_caught:
+                if buf:
+                    await wire.refuse(408, "request_timeout", "the request head took too long")
+                return None
+            if not data:
+                return None
+            buf += data
+        await wire.refuse(
+            431, "request_header_fields_too_large", f"the request head exceeds {cap} bytes"
+        )
+        return None
