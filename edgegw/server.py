@@ -1,4 +1,6 @@
-"""Running the gateway: Hypercorn's Trio worker serving `App`, with the process-lifetime
+"""Running the gateway: `App` served by edgegw's own HTTP/1.1 connection layer
+(edgegw.http1, the default) or by Hypercorn's Trio worker (EDGEGW_SERVER=hypercorn, for
+comparison and for what edgegw.http1 does not do: TLS, HTTP/2), with the process-lifetime
 resources (the upstream pool) owned here and passed in."""
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from hypercorn.trio import serve as hypercorn_serve
 from edgegw.app import App
 from edgegw.exchange import DisconnectWatch
 from edgegw.gateway import build_gateway
+from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, Limits
+from edgegw.http1.server import open_listener, raise_nofile, serve_http1
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
@@ -32,9 +36,15 @@ def hypercorn_config(settings: Settings, bind: str | None = None) -> Config:
     # streams at shutdown; edgegw drains for settings.graceful_timeout_s itself.
     config.read_timeout = None
     config.graceful_timeout = settings.graceful_timeout_s + DRAIN_MARGIN_S
-    config.keep_alive_timeout = 75
-    config.h11_max_incomplete_size = 64 * 1024
+    config.keep_alive_timeout = settings.keepalive_timeout_s
+    config.h11_max_incomplete_size = settings.max_head_bytes
+    config.backlog = LISTEN_BACKLOG
     return config
+
+
+def limits_of(settings: Settings) -> Limits:
+    """The connection layer's limits, from the settings fields of the same names."""
+    return Limits(**{row.name: getattr(settings, row.name) for row in SETTABLE})
 
 
 async def serve(
@@ -51,9 +61,10 @@ async def serve(
     started(binds) once listening. `bind` overrides host:port (e.g. `fd://3` for a
     listening socket inherited from the supervisor of several workers).
 
-    Shutdown: stop accepting; requests arriving on open connections get 503 with
-    `Connection: close`; running exchanges may finish for settings.graceful_timeout_s,
-    then streams still running end with an SSE error event (`shutting_down`)."""
+    Shutdown: stop accepting; idle connections are closed; requests arriving on open
+    connections get 503 with `Connection: close`; running exchanges may finish for
+    settings.graceful_timeout_s, then streams still running end with an SSE error event
+    (`shutting_down`)."""
     if pool is None:
         pool = UpstreamPool(
             connect_timeout_s=settings.connect_timeout_s,
@@ -81,16 +92,35 @@ async def serve(
                 gw.load.draining = True
                 nursery.start_soon(_end_streams_after, watch, settings.graceful_timeout_s)
 
-            await hypercorn_serve(
-                app,  # type: ignore[arg-type]
-                hypercorn_config(settings, bind),
-                shutdown_trigger=drain_trigger,
-                task_status=task_status,
-            )
+            if settings.server == "hypercorn":
+                raise_nofile()
+                await hypercorn_serve(
+                    app,  # type: ignore[arg-type]
+                    hypercorn_config(settings, bind),
+                    shutdown_trigger=drain_trigger,
+                    task_status=task_status,
+                )
+            else:
+                await serve_http1(
+                    app,
+                    open_listener(bind or _host_port(settings)),
+                    limits_of(settings),
+                    shutdown_trigger=drain_trigger,
+                    grace_s=settings.graceful_timeout_s + DRAIN_MARGIN_S,
+                    task_status=task_status,
+                )
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await pool.aclose()
+
+
+def _host_port(settings: Settings) -> str:
+    return (
+        f"[{settings.host}]:{settings.port}"
+        if ":" in settings.host
+        else f"{settings.host}:{settings.port}"
+    )
 
 
 async def _end_streams_after(watch: DisconnectWatch, drain_s: float) -> None:

@@ -19,6 +19,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from edgegw.envcheck import refusals
+from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
 from edgegw.providers import PROVIDERS, ProviderConfig
 
@@ -88,6 +89,16 @@ class Settings:
     community_models_file: str | None = None
     # Models served by local SGLang workers (edgegw.local.profiles), from the config file.
     local_models: tuple[LocalModel, ...] = ()
+    # What serves plain HTTP/1.1 (EDGEGW_SERVER): "edgegw" (edgegw.http1) or "hypercorn".
+    server: str = "edgegw"
+    # The connection layer's bounds; reasons and counterparts in edgegw.http1.limits.
+    header_timeout_s: float = DEFAULT_LIMITS.header_timeout_s
+    body_idle_timeout_s: float = DEFAULT_LIMITS.body_idle_timeout_s
+    body_timeout_s: float = DEFAULT_LIMITS.body_timeout_s
+    keepalive_timeout_s: float = DEFAULT_LIMITS.keepalive_timeout_s
+    write_stall_timeout_s: float = DEFAULT_LIMITS.write_stall_timeout_s
+    max_head_bytes: int = DEFAULT_LIMITS.max_head_bytes
+    max_connections: int = DEFAULT_LIMITS.max_connections
 
     @classmethod
     def load(
@@ -266,6 +277,19 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         )
     if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
         kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
+    if v := env.get("EDGEGW_SERVER"):
+        name = v.strip().lower()
+        if name not in ("edgegw", "hypercorn"):
+            raise SettingsError("EDGEGW_SERVER: expected edgegw or hypercorn")
+        kw["server"] = name
+    for row in SETTABLE:  # the connection layer's limits (edgegw.http1.limits)
+        if row.env and (v := env.get(row.env)):
+            if row.unit == "s":
+                kw[row.name] = parse_duration(row.env, v)
+            elif row.name == "max_head_bytes":
+                kw[row.name] = _int(row.env, v, 1024, 1 << 24)
+            else:
+                kw[row.name] = _int(row.env, v, 1, 10_000_000)
     if v := env.get("LOG_LEVEL"):
         level = v.strip().upper()
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):

@@ -33,7 +33,7 @@ from edgegw.telemetry.scrape import serve_merged_metrics
 # A worker that dies sooner than this after its start counts as crash-looping.
 STEADY_AFTER_S = 5.0
 MAX_RESTART_PAUSE_S = 30.0
-BACKLOG = 4096
+from edgegw.http1.limits import LISTEN_BACKLOG as BACKLOG  # noqa: E402 (one backlog for both)
 
 
 def worker_command(fd: int, config_file: str | None, metrics_socket: str | None) -> list[str]:
