@@ -14,53 +14,6 @@ from edgegw.upstream import Origin
 
 AuthKind = Literal["bearer", "xheader", "none"]
 
-# The OpenAI request fields a remote OpenAI-compatible provider honours. SIE extensions
-# (top_k, min_tokens, repetition_penalty, chat_template_kwargs, best_of, lora_adapter)
-# are not here: a request using one is refused for a remote target, never silently cut.
-OPENAI_CHAT_FIELDS = frozenset(
-    {
-        "model",
-        "messages",
-        "max_completion_tokens",
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "stop",
-        "frequency_penalty",
-        "presence_penalty",
-        "n",
-        "user",
-        "seed",
-        "logprobs",
-        "top_logprobs",
-        "logit_bias",
-        "prompt_cache_key",
-        "routing_key",
-        "response_format",
-        "stream",
-        "stream_options",
-        "tools",
-        "tool_choice",
-        "parallel_tool_calls",
-        "reasoning_effort",
-        "reasoning_format",
-    }
-)
-OPENAI_COMPLETIONS_FIELDS = frozenset(
-    {
-        "model",
-        "prompt",
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "stop",
-        "frequency_penalty",
-        "presence_penalty",
-        "seed",
-        "stream",
-        "n",
-    }
-)
 # Accepted from clients but meaningless upstream: never forwarded to a remote provider.
 GATEWAY_ONLY_FIELDS = ("routing_key",)
 

@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from edgegw._core import RequestError, parse_chat_request, parse_completions_request
-from edgegw.local.contract import LOCAL_UNSUPPORTED
-from edgegw.providers import OPENAI_CHAT_FIELDS, OPENAI_COMPLETIONS_FIELDS
 
 INV = "invalid_request"
 UNS = "unsupported_field"
@@ -1170,32 +1168,14 @@ def test_reach_of_each_field(
         assert name not in nulled.remote_unsupported + nulled.local_unsupported
 
 
-def test_reach_equals_the_python_sets() -> None:
-    """The tables' reach is exactly what the Python callers hold today: a remote target
-    refuses each field outside OPENAI_*_FIELDS (that is present, so in `fields`), a local
-    target each field in LOCAL_UNSUPPORTED."""
-    for rows, openai in (
-        (REACH_CHAT, OPENAI_CHAT_FIELDS),
-        (REACH_COMPLETIONS, OPENAI_COMPLETIONS_FIELDS),
-    ):
-        fields = {name for name, _, _, lands in rows if lands is not None}
-        assert openai <= fields, "every OpenAI field is in the table"
-        assert {n for n, _, _, lands in rows if lands == "remote"} == fields - openai
-        assert {n for n, _, _, lands in rows if lands == "local"} == fields & set(LOCAL_UNSUPPORTED)
-
-
-def test_reach_lists_are_sorted_and_the_python_refusals() -> None:
-    """All fields at once: each list is what today's Python loops would refuse, sorted."""
+def test_reach_lists_are_sorted() -> None:
+    """All fields at once: each list holds what its target refuses, sorted."""
     body = {**CHAT_BASE, "best_of": 1}
     for name, value, needs, _ in REACH_CHAT:
         if name != "best_of":
             body |= {**needs, name: value}
     body |= {"stream": False, "n": 1}  # best_of: no streaming, best_of >= n
     req = parse_chat_request(encode(body))
-    assert req.remote_unsupported == tuple(
-        sorted(f for f in req.fields if f not in OPENAI_CHAT_FIELDS)
-    )
-    assert req.local_unsupported == tuple(f for f in req.fields if f in LOCAL_UNSUPPORTED)
     assert req.remote_unsupported == (
         "best_of",
         "chat_template_kwargs",

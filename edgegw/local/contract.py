@@ -26,8 +26,6 @@ from edgegw.local.fleet import LocalRuntime
 
 log = logging.getLogger("edgegw.local")
 
-# Fields of the SIE contract that SGLang does not take: refused for local targets.
-LOCAL_UNSUPPORTED = ("reasoning_effort", "reasoning_format")
 MAX_IMAGES = 16
 SDK_MIN_VERSION = (0, 1)
 SDK_LOG_LIMIT = 1024
@@ -61,11 +59,9 @@ def check_request(
     pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
     machine = _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE")
     sdk_versions.note(_one_header(call, b"x-sie-sdk-version", "X-SIE-SDK-Version"))
-    for name in LOCAL_UNSUPPORTED:
-        if name in req.fields:
-            raise fail(
-                "unsupported_field", f"'{name}' is not supported by this endpoint", param=name
-            )
+    # Fields of the SIE contract SGLang does not take (the Rust tables say which).
+    for name in req.local_unsupported:
+        raise fail("unsupported_field", f"'{name}' is not supported by this endpoint", param=name)
     doc = orjson.loads(req.body)
     if (lora := doc.get("lora_adapter")) is not None and lora not in rt.profile.lora_adapters:
         raise fail(

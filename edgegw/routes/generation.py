@@ -26,7 +26,6 @@ from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 from edgegw.local import serve as local
 from edgegw.local.contract import check_request
-from edgegw.providers import OPENAI_CHAT_FIELDS, OPENAI_COMPLETIONS_FIELDS
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
 
@@ -126,9 +125,7 @@ async def _remote(
             "(ENABLE_VISION=true enables it).",
             param="messages",
         )
-    _refuse_unsupported(
-        req.fields, req.features, OPENAI_CHAT_FIELDS if chat else OPENAI_COMPLETIONS_FIELDS
-    )
+    _refuse_unsupported(req.remote_unsupported, req.features)
     assert remote.model is not None
     up = UpstreamRequest(
         origin=target.origin,
@@ -146,12 +143,11 @@ async def _remote(
     return outcome
 
 
-def _refuse_unsupported(
-    fields: tuple[str, ...], features: tuple[str, ...], allowed: frozenset[str]
-) -> None:
+def _refuse_unsupported(fields: tuple[str, ...], features: tuple[str, ...]) -> None:
+    """SIE extensions a remote provider cannot honour (the Rust tables say which): refused,
+    never silently dropped."""
     for name in fields:
-        if name not in allowed:
-            raise unsupported_field(name)
+        raise unsupported_field(name)
     for feature in features:
         raise unsupported_field(
             "response_format.type",
