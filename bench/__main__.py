@@ -39,7 +39,6 @@ from bench.harness import (
     CORE_B,
     RESULTS,
     ROOT,
-    cpu_seconds,
     free_port,
     gateway,
     load,
@@ -120,6 +119,7 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
     runs: dict[str, list[float]] = {"gateway": [], "bare_hypercorn": [], "mock_direct": []}
     p99: dict[str, list[float]] = {k: [] for k in runs}
     cpu_us: dict[str, list[float]] = {k: [] for k in runs}
+    client_us: dict[str, list[float]] = {k: [] for k in runs}
     with (
         process(mock_args(mock_port), CORE_A, port=mock_port) as mock_proc,
         gateway(gw_port, mock_port, CORE_B) as gw_proc,
@@ -138,16 +138,19 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
             order = list(targets.items())
             random.shuffle(order)
             for name, (port, body, pid) in order:
-                before = cpu_seconds(pid)
-                r = load(port, body, "/v1/chat/completions", ns.connections, ns.seconds, 1_000_000)
-                used = cpu_seconds(pid) - before
-                assert r.errors == 0, (name, r.statuses, r.errors)
+                r = load(
+                    port, body, "/v1/chat/completions", ns.connections, ns.seconds, 1_000_000,
+                    pid=pid,
+                )  # fmt: skip
+                assert r.errors == 0, (name, r.statuses, r.error_kinds)
                 runs[name].append(r.rps)
                 p99[name].append(r.percentile_ms(99))
-                cpu_us[name].append(used / r.requests * 1e6)
+                cpu_us[name].append(r.server_cpu_s / r.requests * 1e6)
+                client_us[name].append(r.client_cpu_s / r.requests * 1e6)
     out = {f"{k}_rps": statistics.median(v) for k, v in runs.items()}
     out.update({f"{k}_p99_ms": statistics.median(v) for k, v in p99.items()})
     out.update({f"{k}_cpu_us_per_req": statistics.median(v) for k, v in cpu_us.items()})
+    out.update({f"{k}_loadgen_cpu_us_per_req": statistics.median(v) for k, v in client_us.items()})
     out["gateway_vs_bare"] = out["gateway_rps"] / out["bare_hypercorn_rps"]
     out["gateway_vs_bare_cpu"] = (
         out["bare_hypercorn_cpu_us_per_req"] / out["gateway_cpu_us_per_req"]
@@ -155,7 +158,8 @@ def cmd_throughput(ns: argparse.Namespace) -> dict:
     for k, v in runs.items():
         print(
             f"{k:15s} c={ns.connections}: {statistics.median(v):7.0f} req/s (runs: {', '.join(f'{x:.0f}' for x in v)}), "
-            f"p99 {statistics.median(p99[k]):.1f} ms, server CPU {statistics.median(cpu_us[k]):.0f} µs/req"
+            f"p99 {statistics.median(p99[k]):.1f} ms, server CPU {statistics.median(cpu_us[k]):.0f} µs/req, "
+            f"load generator {statistics.median(client_us[k]):.0f} µs/req"
         )
     print(
         f"gateway / bare Hypercorn-Trio: {out['gateway_vs_bare']:.2f} by req/s, "

@@ -1,8 +1,12 @@
-"""Shared pieces of the benchmark commands: processes, pinning and procfs readings.
+"""Shared pieces of the benchmark commands: processes, pinning, procfs readings and the load.
 
 Everything here targets 127.0.0.1 only. Processes are pinned with sched_setaffinity, at start
 (``preexec_fn``) or later for a whole process tree (every thread of every process), so one set
 of servers can serve both the same-core latency layout and the split throughput layout.
+
+The load generator is ``edgegw.bench.loadgen``, the one behind ``edgegw bench``, so figures
+from here and from that command are taken with the same instrument; ``load`` runs it as a
+closed loop and reads the server's CPU and this process's over exactly the measured phase.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
-from bench.loadgen import post, run_load
+from edgegw.bench.loadgen import Load, LoadSpec, Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -34,6 +39,9 @@ PATH = "/v1/chat/completions"
 CORE_A, CORE_B = 0, min(1, (os.cpu_count() or 1) - 1)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
+# Per request (a stream: to its end); past it the request counts as a "timeout" error. No cell
+# comes near it: the slowest, a paced 50-token stream at 20 tokens/s, takes 2.5 s.
+REQUEST_TIMEOUT_S = 30.0
 
 
 def streaming(body: bytes) -> bytes:
@@ -134,12 +142,100 @@ def bare(port: int, cpu: int):
     return process(["-m", "bench.bare_app", "--port", str(port)], cpu, port=port)
 
 
+def post(port: int, path: str, body: bytes) -> bytes:
+    """A whole POST request with a JSON body, as the load generator sends it."""
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+@dataclass(frozen=True)
+class Run:
+    """One load's measured phase, with the CPU used meanwhile."""
+
+    stats: Stats  # edgegw.bench.loadgen's counters and histograms
+    elapsed_s: float  # the measured phase: from the end of the skip to the last answer
+    client_cpu_s: float  # this process (the load generator)
+    server_cpu_s: float  # the ``pid`` process tree; nan without one
+
+    @property
+    def requests(self) -> int:
+        """Finished, successfully or not (a stream: ended)."""
+        return self.stats.requests
+
+    @property
+    def ok(self) -> int:
+        """Answered 2xx (a stream: also ended with [DONE] and no error event)."""
+        return self.stats.ok
+
+    @property
+    def errors(self) -> int:
+        return self.stats.error_count
+
+    @property
+    def error_kinds(self) -> dict[str, int]:
+        return self.stats.errors
+
+    @property
+    def statuses(self) -> dict[int, int]:
+        return self.stats.statuses
+
+    @property
+    def rps(self) -> float:
+        return self.stats.requests / self.elapsed_s if self.elapsed_s else 0.0
+
+    @property
+    def events_per_s(self) -> float:
+        return self.stats.events / self.elapsed_s if self.elapsed_s else 0.0
+
+    def percentile_ms(self, q: float) -> float:
+        """Of the successful requests' latency (a stream: to its end); nan when none."""
+        return self.stats.latency.percentile_us(q) / 1000
+
+    def ttft_ms(self, q: float) -> float:
+        return self.stats.ttft.percentile_us(q) / 1000
+
+
 def load(
-    port: int, body: bytes, path: str, connections: int, seconds: float, max_requests: int, **kw
-):
-    return trio.run(
-        lambda: run_load(port, post(port, path, body), connections, seconds, max_requests, **kw)
+    port: int,
+    body: bytes,
+    path: str,
+    connections: int,
+    seconds: float,
+    max_requests: int,
+    *,
+    stream: bool = False,
+    skip_s: float = 0.0,
+    pid: int | None = None,
+    on_stream: Callable[[list[float]], object] | None = None,
+) -> Run:
+    """A closed loop of ``body`` POSTed to ``path`` on ``connections`` keep-alive connections
+    for ``seconds`` in all, or ``max_requests`` measured requests; ``stream``: expect SSE.
+    Requests started in the first ``skip_s`` seconds (connection set-up) are not measured.
+    ``on_stream`` gets each measured stream's content event times (``Load``'s hook)."""
+    spec = LoadSpec(
+        address="127.0.0.1",
+        port=port,
+        request=post(port, path, body),
+        stream=stream,
+        connections=connections,
+        rate=None,
+        duration_s=max(0.0, seconds - skip_s),
+        warmup_s=skip_s,
+        max_requests=max_requests,
+        timeout_s=REQUEST_TIMEOUT_S,
     )
+    marks: dict[str, tuple[float, float]] = {}
+
+    def mark(phase: str) -> None:
+        server = cpu_seconds(pid) if pid is not None else float("nan")
+        marks[phase] = (time.process_time(), server)
+
+    run = Load(spec, on_phase=mark, on_stream=on_stream)
+    trio.run(run.run)
+    (client0, server0), (client1, server1) = marks["run"], marks["done"]
+    return Run(run.measured, run.elapsed_s, client1 - client0, server1 - server0)
 
 
 # --- procfs -------------------------------------------------------------------------------

@@ -40,12 +40,14 @@ from bench.harness import (
     load,
     loadavg,
     mock_args,
+    post,
     process,
     raise_nofile,
     rss_bytes,
     wait_quiet,
 )
-from bench.loadgen import hold_idle, post
+from edgegw._core import UpstreamProtocolError
+from edgegw.bench.loadgen import send_one
 
 
 def _slope_mib_per_min(samples: list[tuple[float, int]], from_s: float) -> float:
@@ -57,6 +59,43 @@ def _slope_mib_per_min(samples: list[tuple[float, int]], from_s: float) -> float
     num = sum((t - mt) * (r - mr) for t, r in pts)
     den = sum((t - mt) ** 2 for t, _ in pts)
     return num / den * 60 if den else float("nan")
+
+
+async def hold_idle(
+    port: int, request: bytes, n: int, batch: int, measure, hold_s: float = 2.0
+) -> dict:
+    """Open ``n`` keep-alive connections, ``batch`` at a time, send one request on each and read
+    the answer, then keep them all open and idle; call ``measure(open_count)`` at n/2 and at n
+    (after ``hold_s``), close them all. Returns what ``measure`` returned, keyed by count."""
+    streams: list[trio.SocketStream] = []
+    errors = 0
+    out: dict = {}
+
+    async def one() -> None:
+        nonlocal errors
+        try:
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            streams.append(stream)
+            status, reusable = await send_one(stream, request)
+            if status != 200 or not reusable:
+                errors += 1
+        except (OSError, trio.BrokenResourceError, UpstreamProtocolError):
+            errors += 1
+
+    try:
+        with trio.fail_after(120):
+            for target in (n // 2, n):
+                while len(streams) < target:
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(min(batch, target - len(streams))):
+                            nursery.start_soon(one)
+                await trio.sleep(hold_s)
+                out[target] = measure(len(streams))
+    finally:
+        for stream in streams:
+            await stream.aclose()
+    out["errors"] = errors
+    return out
 
 
 def _idle_and_load(name: str, pid: int, port: int, ns: argparse.Namespace) -> dict:

@@ -27,8 +27,6 @@ import urllib.request
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-import trio
-
 from bench.harness import (
     CHAT,
     CHAT_DIRECT,
@@ -53,7 +51,6 @@ from bench.harness import (
     streaming,
     wait_quiet,
 )
-from bench.loadgen import post, run_streams
 
 LITELLM = os.environ.get("LITELLM_BIN", "/tmp/litellm-venv/bin/litellm")
 LITELLM_MODEL = "gpt-4o-mini"  # the model_name in the generated config
@@ -203,9 +200,7 @@ def _latency_phase(ns, ports, bodies, pids) -> dict:
 
     for t in TARGETS:  # warm-up: connections, pools, code paths
         load(ports[t], bodies[t], PATH, 1, 2, 300)
-        trio.run(
-            lambda t=t: run_streams(ports[t], post(ports[t], PATH, streaming(bodies[t])), 1, 2, 50)
-        )
+        load(ports[t], streaming(bodies[t]), PATH, 1, 2, 50, stream=True)
     every = list(pids.values())
     for rnd in range(ns.latency_rounds):
         order = list(TARGETS)
@@ -223,18 +218,16 @@ def _latency_phase(ns, ports, bodies, pids) -> dict:
             add(t, "errors", r.errors)
             add(t, "others_cores", others)
             add(t, "attempts", tries)
-            request = post(ports[t], PATH, streaming(bodies[t]))
             s, others, tries = cell(
-                lambda t=t, request=request: trio.run(
-                    lambda: run_streams(
-                        ports[t], request, 1, ns.latency_seconds, ns.latency_streams
-                    )
+                lambda t=t: load(
+                    ports[t], streaming(bodies[t]), PATH, 1, ns.latency_seconds,
+                    ns.latency_streams, stream=True,
                 ),
                 every,
-            )
+            )  # fmt: skip
             add(t, "ttft_p50_ms", s.ttft_ms(50))
             add(t, "ttft_p99_ms", s.ttft_ms(99))
-            add(t, "streams", s.streams)
+            add(t, "streams", s.ok)
             add(t, "stream_errors", s.errors)
             add(t, "stream_others_cores", others)
             add(t, "stream_attempts", tries)
@@ -292,19 +285,17 @@ def _throughput_phase(ns, ports, bodies, pids) -> dict:
 def _throughput_cell(ns, t: str, ports, bodies, pids, conns: int) -> dict:
     pid = pids[t]
     la = loadavg()[0]
-    before, wall = cpu_seconds(pid), time.monotonic()
     with CoreMeter() as meter, RssSampler(pid, 0.2) as rss:
-        r = load(ports[t], bodies[t], PATH, conns, ns.seconds, 10_000_000, skip_s=ns.skip)
-    used, wall = cpu_seconds(pid) - before, time.monotonic() - wall
-    total = r.requests + r.skipped
+        r = load(ports[t], bodies[t], PATH, conns, ns.seconds, 10_000_000, skip_s=ns.skip, pid=pid)
     cells: dict = {
         "rps": r.rps,
         "p50_ms": r.percentile_ms(50),
         "p99_ms": r.percentile_ms(99),
         "errors": r.errors,
-        "error_rate": r.errors / max(1, total + r.errors),
-        "cpu_us_per_req": used / max(1, total) * 1e6,
-        "server_busy": used / wall,
+        "error_rate": r.errors / max(1, r.requests),
+        "cpu_us_per_req": r.server_cpu_s / max(1, r.requests) * 1e6,
+        "loadgen_cpu_us_per_req": r.client_cpu_s / max(1, r.requests) * 1e6,
+        "server_busy": r.server_cpu_s / r.elapsed_s if r.elapsed_s else float("nan"),
         "core1_busy": meter.busy.get(f"cpu{CORE_B}", float("nan")),
         "rss_peak_mib": rss.peak / MiB,
         "loadavg": la,

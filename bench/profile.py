@@ -27,8 +27,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import trio
-
 from bench.harness import (
     CHAT,
     CORE_A,
@@ -44,7 +42,6 @@ from bench.harness import (
     streaming,
     wait_quiet,
 )
-from bench.loadgen import post, run_streams
 
 PY_SPY = os.environ.get("PY_SPY", "/tmp/venv/bin/py-spy")
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<where>[^()]*)\)$")
@@ -149,9 +146,10 @@ def _profile_run(ns, name: str, gw_pid: int, gw_port: int, body: bytes, stream: 
     try:
         seconds = ns.seconds + 2
         if stream:
-            request = post(gw_port, PATH, streaming(body))
-            r = trio.run(lambda: run_streams(gw_port, request, ns.connections, seconds, 1_000_000))
-            rate = {"streams_per_s": r.streams / r.elapsed_s, "errors": r.errors}
+            r = load(
+                gw_port, streaming(body), PATH, ns.connections, seconds, 1_000_000, stream=True
+            )
+            rate = {"streams_per_s": r.ok / r.elapsed_s, "errors": r.errors}
         else:
             r = load(gw_port, body, PATH, ns.connections, seconds, 10_000_000)
             rate = {"rps": r.rps, "errors": r.errors}

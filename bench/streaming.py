@@ -22,9 +22,7 @@ import argparse
 import os
 import random
 import statistics
-import time
-
-import trio
+from itertools import pairwise
 
 from bench.harness import (
     CHAT,
@@ -33,16 +31,16 @@ from bench.harness import (
     CORE_B,
     PATH,
     CoreMeter,
+    Run,
     cell,
-    cpu_seconds,
     free_port,
     gateway,
+    load,
     mock_args,
     process,
     streaming,
     wait_quiet,
 )
-from bench.loadgen import post, run_streams
 
 TOKENS = 50
 
@@ -52,11 +50,38 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def _streams(port: int, body: bytes, conns: int, seconds: float, max_streams: int, **kw):
-    request = post(
-        port, PATH, streaming(body).replace(b'"max_tokens":16', b'"max_tokens":%d' % TOKENS)
-    )
-    return trio.run(lambda: run_streams(port, request, conns, seconds, max_streams, **kw))
+class Pacing:
+    """What the streams' content events show (the load generator's ``on_stream`` hook): the
+    fewest per stream and, given the mock's ``interval_s``, the gaps between consecutive ones
+    (kept exactly: the added gap is a fraction of a millisecond on a 50 ms pace) and the
+    streams whose k-th content event came more than two intervals ahead of
+    ``(k - 1) * interval_s`` after their first (a relay that buffers, then flushes a burst)."""
+
+    def __init__(self, interval_s: float | None = None) -> None:
+        self.interval_s = interval_s
+        self.fewest: int | None = None
+        self.gaps_s: list[float] = []
+        self.ahead_of_schedule = 0
+
+    def __call__(self, times: list[float]) -> None:
+        self.fewest = len(times) if self.fewest is None else min(self.fewest, len(times))
+        if self.interval_s is None or len(times) < 2:
+            return
+        self.gaps_s.extend(b - a for a, b in pairwise(times))
+        step, first = self.interval_s, times[0]
+        if any(t - first < (k - 2) * step for k, t in enumerate(times)):
+            self.ahead_of_schedule += 1
+
+    def gap_ms(self, q: float) -> float:
+        if not self.gaps_s:
+            return float("nan")
+        ordered = sorted(self.gaps_s)
+        return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))] * 1000
+
+
+def _streams(port: int, body: bytes, conns: int, seconds: float, max_streams: int, **kw) -> Run:
+    body = streaming(body).replace(b'"max_tokens":16', b'"max_tokens":%d' % TOKENS)
+    return load(port, body, PATH, conns, seconds, max_streams, stream=True, **kw)
 
 
 def cmd_streaming(ns: argparse.Namespace) -> dict:
@@ -132,22 +157,26 @@ def _unpaced(ns: argparse.Namespace) -> dict:
 
 
 def _unpaced_cell(ns: argparse.Namespace, port: int, body: bytes, pid: int) -> dict:
-    before, wall = cpu_seconds(pid), time.monotonic()
+    shape = Pacing()
     with CoreMeter() as meter:
-        r = _streams(port, body, ns.connections, ns.seconds, 1_000_000, skip_s=ns.skip)
-    used, wall = cpu_seconds(pid) - before, time.monotonic() - wall
+        r = _streams(
+            port, body, ns.connections, ns.seconds, 1_000_000, skip_s=ns.skip, pid=pid,
+            on_stream=shape,
+        )  # fmt: skip
+    events = r.stats.events
     cells: dict = {
         "events_per_s": r.events_per_s,
-        "streams_per_s": r.streams / r.elapsed_s,
-        "streams": r.streams,
-        "events": r.events,
+        "streams_per_s": r.ok / r.elapsed_s if r.elapsed_s else 0.0,
+        "streams": r.ok,
+        "events": events,
         "errors": r.errors,
-        "content_events_min": min(r.content_events, default=0),
+        "content_events_min": shape.fewest or 0,
         "ttft_p50_ms": r.ttft_ms(50),
         "ttft_p99_ms": r.ttft_ms(99),
-        "stream_p50_ms": statistics.median(r.total_s) * 1000 if r.total_s else float("nan"),
-        "cpu_us_per_event": used / max(1, r.events) * 1e6,
-        "server_busy": used / wall,
+        "stream_p50_ms": r.percentile_ms(50),
+        "cpu_us_per_event": r.server_cpu_s / max(1, events) * 1e6,
+        "loadgen_cpu_us_per_event": r.client_cpu_s / max(1, events) * 1e6,
+        "server_busy": r.server_cpu_s / r.elapsed_s if r.elapsed_s else float("nan"),
         "core1_busy": meter.busy.get(f"cpu{CORE_B}", float("nan")),
     }
     if r.errors:
@@ -156,21 +185,20 @@ def _unpaced_cell(ns: argparse.Namespace, port: int, body: bytes, pid: int) -> d
 
 
 def _paced_cell(port, body, conns, seconds, max_streams, interval, gw_pid) -> dict:
-    before, wall = cpu_seconds(gw_pid), time.monotonic()
+    pacing = Pacing(interval)
     with CoreMeter() as meter:
-        r = _streams(port, body, conns, seconds, max_streams, interval_s=interval, record_gaps=True)
-    used, wall = cpu_seconds(gw_pid) - before, time.monotonic() - wall
-    gaps = r.gaps_s
+        r = _streams(port, body, conns, seconds, max_streams, pid=gw_pid, on_stream=pacing)
+    gaps = pacing.gaps_s
     return {
-        "gap_p50_ms": r.gap_ms(50),
-        "gap_p99_ms": r.gap_ms(99),
-        "gap_max_ms": r.max_gap_s * 1000,
+        "gap_p50_ms": pacing.gap_ms(50),
+        "gap_p99_ms": pacing.gap_ms(99),
+        "gap_max_ms": max(gaps, default=0.0) * 1000,
         "short_gap_share": sum(g < interval / 4 for g in gaps) / max(1, len(gaps)),
-        "ahead_of_schedule": r.ahead_of_schedule,
-        "streams": r.streams,
+        "ahead_of_schedule": pacing.ahead_of_schedule,
+        "streams": r.ok,
         "errors": r.errors,
         "ttft_p50_ms": r.ttft_ms(50),
-        "gw_busy": used / wall,
+        "gw_busy": r.server_cpu_s / r.elapsed_s if r.elapsed_s else float("nan"),
         "core0_busy": meter.busy.get(f"cpu{CORE_A}", float("nan")),
         "core1_busy": meter.busy.get(f"cpu{CORE_B}", float("nan")),
     }

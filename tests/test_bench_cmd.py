@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from edgegw.bench.command import BenchError, parse_options, run_bench
-from edgegw.bench.loadgen import Histogram, _bounds, _bucket
+from edgegw.bench.loadgen import Histogram, Load, LoadSpec, _bounds, _bucket, send_one
 from edgegw.bench.mock import MockConfig, MockUpstream
 
 from .conftest import start_gateway, upstream_env
@@ -323,3 +323,45 @@ def test_histogram_percentiles() -> None:
     for name, expected in (("p50", 50.0), ("p90", 90.0), ("p99", 99.0), ("p999", 99.9)):
         assert s[name] == pytest.approx(expected, rel=0.008)
     assert sum(c for _, c in h.buckets()) == 100_000
+
+
+def chat_request(port: int, stream: bool) -> bytes:
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":%s}' % (
+        b"true" if stream else b"false"
+    )
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def test_load_hooks_see_the_measured_phase_and_each_stream(nursery: trio.Nursery) -> None:
+    mock = MockUpstream(MockConfig(tokens=4))
+    port = await nursery.start(mock.serve, "127.0.0.1", 0)
+    spec = LoadSpec(
+        address="127.0.0.1", port=port, request=chat_request(port, stream=True), stream=True,
+        connections=2, rate=None, duration_s=30, warmup_s=0.05, max_requests=5, timeout_s=10,
+    )  # fmt: skip
+    phases: list[tuple[str, float]] = []
+    streams: list[list[float]] = []
+    load = Load(
+        spec,
+        on_phase=lambda phase: phases.append((phase, trio.current_time())),
+        on_stream=streams.append,
+    )
+    await load.run()
+    assert [name for name, _ in phases] == ["run", "done"]
+    assert phases[0][1] >= load.measure_start and phases[1][1] >= load.finished
+    assert load.warmup.ok > 0 and load.measured.ok == 5 and load.measured.errors == {}
+    assert len(streams) == 5  # the measured streams only, each with its 4 content events
+    assert all(len(times) == 4 and times == sorted(times) for times in streams)
+
+
+async def test_send_one_leaves_the_connection_reusable(nursery: trio.Nursery) -> None:
+    mock = MockUpstream(MockConfig())
+    port = await nursery.start(mock.serve, "127.0.0.1", 0)
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        for streamed in (False, True):
+            assert await send_one(stream, chat_request(port, streamed)) == (200, True)
+    assert len(mock.requests) == 2
