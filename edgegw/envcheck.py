@@ -25,9 +25,9 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "ENVIRONMENT": "edgegw has no development mode; LOG_LEVEL sets the verbosity",
     "ENABLE_AUDIO": "the audio endpoints are not served",
     "ENABLE_TELEMETRY": "edgegw reads TELEMETRY_ENABLED",
-    "SERVER_READ_TIMEOUT": "edgegw bounds request heads and bodies with its own limits (README)",
-    "SERVER_WRITE_TIMEOUT": "edgegw bounds stalled writes with its own limit (README)",
-    "SERVER_IDLE_TIMEOUT": "edgegw bounds idle connections with its own limit (README)",
+    "SERVER_READ_TIMEOUT": "edgegw reads SERVER_HEADER_TIMEOUT and SERVER_BODY_*_TIMEOUT",
+    "SERVER_WRITE_TIMEOUT": "edgegw reads SERVER_WRITE_STALL_TIMEOUT",
+    "SERVER_IDLE_TIMEOUT": "edgegw reads SERVER_KEEPALIVE_TIMEOUT",
     "CLIENT_MAX_IDLE_CONNS": "edgegw reads UPSTREAM_POOL_IDLE_PER_HOST",
     "CLIENT_MAX_IDLE_CONNS_PER_HOST": "edgegw reads UPSTREAM_POOL_IDLE_PER_HOST",
     "CLIENT_IDLE_CONN_TIMEOUT": "idle upstream connections are checked before reuse instead",
@@ -35,15 +35,12 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "CLIENT_TIMEOUT": "edgegw reads UPSTREAM_FIRST_BYTE_TIMEOUT and UPSTREAM_IDLE_TIMEOUT",
     "CLIENT_DISABLE_COMPRESSION": "edgegw always asks upstreams for identity encoding",
     "CLIENT_EXPECT_CONTINUE_TIMEOUT": "edgegw sends request bodies without Expect",
-    "CLIENT_TLS_MIN_VERSION": "outbound TLS is 1.2 or newer (Python's default context)",
 }
 
 # Settings that ask for protection: set (an *_ENABLED one: to a true value) and not
 # implemented, they stop the start. Each is (variable, what to do).
 REFUSED: tuple[tuple[str, str], ...] = (
     ("GUARDRAILS_ENABLED", "guardrails are not implemented yet; unset GUARDRAILS_ENABLED"),
-    ("SERVER_TLS_CERT_PATH", "HTTPS is not served yet; put a TLS terminator in front"),
-    ("SERVER_TLS_KEY_PATH", "HTTPS is not served yet; put a TLS terminator in front"),
 )
 
 # Every EDGEGW_* variable edgegw reads.

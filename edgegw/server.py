@@ -17,7 +17,7 @@ from edgegw.exchange import DisconnectWatch
 from edgegw.gateway import build_gateway
 from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, Limits
 from edgegw.http1.server import open_listener, raise_nofile, serve_http1
-from edgegw.settings import Settings
+from edgegw.settings import TLS_VERSIONS, Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
@@ -39,6 +39,10 @@ def hypercorn_config(settings: Settings, bind: str | None = None) -> Config:
     config.keep_alive_timeout = settings.keepalive_timeout_s
     config.h11_max_incomplete_size = settings.max_head_bytes
     config.backlog = LISTEN_BACKLOG
+    if settings.tls_cert_path and settings.tls_key_path:
+        # Hypercorn's context: TLS 1.2 or newer, no compression, ALPN h2 then http/1.1.
+        config.certfile = settings.tls_cert_path
+        config.keyfile = settings.tls_key_path
     return config
 
 
@@ -69,6 +73,7 @@ async def serve(
         pool = UpstreamPool(
             connect_timeout_s=settings.connect_timeout_s,
             idle_per_host=settings.pool_idle_per_host,
+            tls_minimum=TLS_VERSIONS[settings.client_tls_min_version],
         )
     watch = DisconnectWatch()
     if telemetry is None:
@@ -92,7 +97,9 @@ async def serve(
                 gw.load.draining = True
                 nursery.start_soon(_end_streams_after, watch, settings.graceful_timeout_s)
 
-            if settings.server == "hypercorn":
+            # HTTPS (and HTTP/2 by ALPN) is Hypercorn's; plain HTTP/1.1 is edgegw.http1's
+            # unless EDGEGW_SERVER=hypercorn.
+            if settings.server == "hypercorn" or settings.tls_cert_path:
                 raise_nofile()
                 await hypercorn_serve(
                     app,  # type: ignore[arg-type]

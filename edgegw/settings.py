@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +45,12 @@ class Settings:
     # OIDC bearer tokens (edgegw.auth): the issuer (discovered at start) and the audience
     # a token must name. The client secret is accepted for inference-gateway's
     # deployments and unused: verifying a token needs only the issuer's public keys.
+    # HTTPS on the client side (SERVER_TLS_CERT_PATH / SERVER_TLS_KEY_PATH, PEM files):
+    # served by Hypercorn, TLS 1.2 or newer, HTTP/2 offered by ALPN.
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+    # Oldest TLS version edgegw accepts from a provider (CLIENT_TLS_MIN_VERSION).
+    client_tls_min_version: str = "TLS12"
     auth_enabled: bool = False
     auth_oidc_issuer: str | None = None
     auth_oidc_client_id: str | None = None
@@ -312,6 +319,7 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             raise SettingsError("EDGEGW_API_KEYS: keys must be printable and contain no spaces")
     kw["api_keys"] = tuple(k.encode() for k in keys)
 
+    _tls(env, kw)
     if v := env.get("AUTH_ENABLED"):
         kw["auth_enabled"] = _bool("AUTH_ENABLED", v)
     for var, attr in (
@@ -366,3 +374,33 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     if refused := refusals(env):
         raise SettingsError("; ".join(refused))
     return Settings(**kw)  # type: ignore[arg-type]
+
+
+def _tls(env: Mapping[str, str], kw: dict[str, object]) -> None:
+    """SERVER_TLS_* (both or neither, and loadable: checked here so that a bad file stops
+    the start naming its variable) and CLIENT_TLS_MIN_VERSION."""
+    cert = env.get("SERVER_TLS_CERT_PATH", "").strip()
+    key = env.get("SERVER_TLS_KEY_PATH", "").strip()
+    if bool(cert) != bool(key):
+        missing = "SERVER_TLS_KEY_PATH" if cert else "SERVER_TLS_CERT_PATH"
+        raise SettingsError(f"{missing}: required with the other SERVER_TLS_* variable")
+    if cert:
+        for var, path in (("SERVER_TLS_CERT_PATH", cert), ("SERVER_TLS_KEY_PATH", key)):
+            if not Path(path).is_file():
+                raise SettingsError(f"{var}: no such file")
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as e:
+            raise SettingsError(
+                "SERVER_TLS_CERT_PATH / SERVER_TLS_KEY_PATH: cannot load the certificate and "
+                f"key ({getattr(e, 'reason', None) or type(e).__name__})"
+            ) from None
+        kw["tls_cert_path"], kw["tls_key_path"] = cert, key
+    if v := env.get("CLIENT_TLS_MIN_VERSION", "").strip():
+        version = v.upper()
+        if version not in TLS_VERSIONS:
+            raise SettingsError("CLIENT_TLS_MIN_VERSION: expected TLS12 or TLS13")
+        kw["client_tls_min_version"] = version
+
+
+TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}

@@ -84,12 +84,16 @@ class UpstreamPool:
     connect_timeout_s: float = 10.0
     idle_per_host: int = 64
     ssl_context: ssl.SSLContext | None = None
+    # Oldest TLS version accepted from an upstream (CLIENT_TLS_MIN_VERSION).
+    tls_minimum: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
     _idle: dict[tuple[str, str, int], list[_Connection]] = field(default_factory=dict)
     open_connections: int = 0
 
     def _ssl(self) -> ssl.SSLContext:
         if self.ssl_context is None:
             self.ssl_context = ssl.create_default_context()
+        if self.ssl_context.minimum_version < self.tls_minimum:
+            self.ssl_context.minimum_version = self.tls_minimum
         return self.ssl_context
 
     async def _connect(self, origin: Origin) -> _Connection:

@@ -102,7 +102,6 @@ def test_cli_fails_at_start_naming_the_variable() -> None:
     "env",
     [
         {"GUARDRAILS_ENABLED": "true"},
-        {"SERVER_TLS_CERT_PATH": "/etc/edgegw/cert.pem", "SERVER_TLS_KEY_PATH": "/k.pem"},
     ],
 )
 def test_protection_that_cannot_be_given_stops_the_start(env: dict[str, str]) -> None:
