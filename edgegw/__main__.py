@@ -14,7 +14,7 @@ from types import MappingProxyType
 import trio
 
 from edgegw.providers import ProviderConfig
-from edgegw.settings import Settings, SettingsError
+from edgegw.settings import EXIT_CONFIG, Settings, SettingsError
 
 DEMO_KEY = "demo-upstream-key"
 
@@ -136,7 +136,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 return supervisor.run(settings, workers, args.config)
             bind = None if args.worker_fd is None else f"fd://{args.worker_fd}"
-            trio.run(_serve_until_signal, settings, bind, args.metrics_socket, args.supervisor_pid)
+            refused: BaseException | None = None
+            try:
+                trio.run(
+                    _serve_until_signal, settings, bind, args.metrics_socket, args.supervisor_pid
+                )
+            except* SettingsError as group:  # found while starting (e.g. an unusable issuer)
+                refused = group.exceptions[0]
+            if refused is not None:
+                print(f"edgegw: {refused}", file=sys.stderr, flush=True)
+                return EXIT_CONFIG
         else:
             trio.run(_demo, settings, args.token_rate)
     except KeyboardInterrupt:

@@ -30,6 +30,11 @@ DEFAULT_MAX_TOKENS = 1024  # SIE_GATEWAY_DEFAULT_MAX_TOKENS, the SIE spec's defa
 STRUCTURED_KEYS = frozenset({"local_models"})
 
 
+# The exit status of a process whose start was refused by its settings (sysexits' EX_CONFIG):
+# a supervisor seeing it from a worker stops instead of restarting it forever.
+EXIT_CONFIG = 78
+
+
 class SettingsError(ValueError):
     """A setting that cannot be used; the message names the variable."""
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from edgegw.settings import Settings
+from edgegw.settings import EXIT_CONFIG, Settings
 from edgegw.telemetry.scrape import serve_merged_metrics
 
 # A worker that dies sooner than this after its start counts as crash-looping.
@@ -64,6 +64,10 @@ class _State:
     config_file: str | None
     metrics_dir: str | None  # where the workers' metrics sockets go; None: no telemetry
     stopping: bool = False
+    # A worker's settings refused its start: stop everything and exit EXIT_CONFIG.
+    refused: bool = False
+    # Set by SIGTERM/SIGINT or a refused start: the supervisor stops its workers.
+    stop: trio.Event = field(default_factory=trio.Event)
     procs: dict[int, trio.Process] = field(default_factory=dict)  # slot -> its worker
     metrics_sockets: dict[int, str] = field(default_factory=dict)  # slot -> its worker's
     starts: int = 0  # workers started so far, to name their sockets
@@ -84,12 +88,13 @@ def run(settings: Settings, workers: int, config_file: str | None) -> int:
     # Private to this user; a scrape of the supervisor is what exposes the metrics.
     metrics_dir = tempfile.mkdtemp(prefix="edgegw-metrics-") if settings.telemetry_enabled else None
     try:
-        trio.run(_supervise, _State(sock.fileno(), config_file, metrics_dir), workers, settings)
+        state = _State(sock.fileno(), config_file, metrics_dir)
+        trio.run(_supervise, state, workers, settings)
     finally:
         sock.close()
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-    return 0
+    return EXIT_CONFIG if state.refused else 0
 
 
 def _url(host: str, port: int) -> str:
@@ -110,8 +115,14 @@ async def _supervise(state: _State, workers: int, settings: Settings) -> None:
                 print(f"edgegw: metrics on {url}/metrics, summed over the workers", flush=True)
             for slot in range(workers):
                 nursery.start_soon(_keep_running, slot, state)
-            async for _ in signals:
-                break
+
+            async def on_signal() -> None:
+                async for _ in signals:
+                    state.stop.set()
+                    return
+
+            nursery.start_soon(on_signal)
+            await state.stop.wait()
             state.stopping = True
             for proc in state.procs.values():
                 if proc.returncode is None:
@@ -145,6 +156,12 @@ async def _keep_running(slot: int, state: _State) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(metrics_socket)
         if state.stopping:
+            return
+        if code == EXIT_CONFIG:
+            # Its settings refused the start (it said why): another would refuse too.
+            print(f"edgegw: worker {proc.pid} refused to start; stopping", flush=True)
+            state.refused = True
+            state.stop.set()
             return
         print(f"edgegw: worker {proc.pid} exited ({code}); starting another", flush=True)
         pause = (

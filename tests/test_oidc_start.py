@@ -17,7 +17,7 @@ import trio
 
 from edgegw.auth.verifier import OidcStartError
 from edgegw.bench.mock import MockUpstream
-from edgegw.settings import Settings, SettingsError
+from edgegw.settings import EXIT_CONFIG, Settings, SettingsError
 
 from .conftest import start_gateway, upstream_env
 from .oidc_issuer import CLIENT_ID, Issuer
@@ -145,11 +145,11 @@ async def test_an_unreachable_issuer_stops_the_start(
         await start_gateway(nursery, upstream_env(mock, **env))
 
 
-async def _edgegw_serve(env: dict[str, str]) -> trio.CompletedProcess[bytes]:
+async def _edgegw_serve(env: dict[str, str], workers: int = 1) -> trio.CompletedProcess[bytes]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AUTH_", "EDGEGW_"))}
     with trio.fail_after(30):
         return await trio.run_process(
-            [sys.executable, "-m", "edgegw", "serve", "--workers", "1", "--port", "0"],
+            [sys.executable, "-m", "edgegw", "serve", "--workers", str(workers), "--port", "0"],
             env={**base, **env},
             capture_stdout=True,
             capture_stderr=True,
@@ -165,8 +165,25 @@ async def test_edgegw_serve_exits_when_the_issuer_is_unreachable() -> None:
             "AUTH_OIDC_CLIENT_ID": CLIENT_ID,
         }
     )
-    assert done.returncode != 0
+    assert done.returncode == EXIT_CONFIG
     assert b"AUTH_OIDC_ISSUER: cannot use the issuer" in done.stderr
+    assert b"Traceback" not in done.stderr  # one line that says why, not a stack
+
+
+async def test_edgegw_serve_with_workers_stops_when_the_issuer_is_unreachable() -> None:
+    """Every worker would refuse the same way: the supervisor stops instead of restarting
+    them forever."""
+    done = await _edgegw_serve(
+        {
+            "AUTH_ENABLED": "true",
+            "AUTH_OIDC_ISSUER": f"http://127.0.0.1:{_closed_port()}/realms/r",
+            "AUTH_OIDC_CLIENT_ID": CLIENT_ID,
+        },
+        workers=2,
+    )
+    assert done.returncode == EXIT_CONFIG
+    assert b"AUTH_OIDC_ISSUER: cannot use the issuer" in done.stderr
+    assert b"starting another" not in done.stdout
 
 
 async def test_edgegw_serve_exits_without_an_issuer() -> None:
