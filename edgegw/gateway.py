@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from edgegw.auth.client_keys import ClientKeys
 from edgegw.auth.verifier import OidcVerifier
 from edgegw.bodies import BufferBudget
 from edgegw.exchange import DisconnectWatch
@@ -42,6 +43,7 @@ class Gateway:
     sdk_versions: SdkVersionLog
     load: Load
     # Bearer-token verification when AUTH_ENABLED (started by serve()); None otherwise.
+    client_keys: ClientKeys
     verifier: OidcVerifier | None = None
 
     @property
@@ -74,5 +76,6 @@ def build_gateway(
         telemetry=telemetry,
         sdk_versions=SdkVersionLog(),
         load=Load(),
+        client_keys=ClientKeys(settings),
         verifier=OidcVerifier.from_settings(settings, pool) if settings.auth_enabled else None,
     )

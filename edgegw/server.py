@@ -83,6 +83,7 @@ async def serve(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
+            await nursery.start(gw.client_keys.run)
             if gw.verifier is not None:  # OIDC discovery and keys; an unusable issuer stops here
                 await nursery.start(gw.verifier.run)
             if settings.local_models:

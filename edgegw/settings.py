@@ -47,6 +47,10 @@ class Settings:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     # Client keys for edgegw itself; empty means no client auth.
     api_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # Where some of them came from: EDGEGW_API_KEYS_FILE (re-read when it changes, see
+    # edgegw.auth.client_keys), and the keys of EDGEGW_API_KEYS, which a re-read keeps.
+    api_keys_file: str | None = None
+    api_keys_fixed: tuple[bytes, ...] = field(default=(), repr=False)
     # OIDC bearer tokens (edgegw.auth): the issuer (discovered at start) and the audience
     # a token must name. The client secret is accepted for inference-gateway's
     # deployments and unused: verifying a token needs only the issuer's public keys.
@@ -308,21 +312,20 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             raise SettingsError("LOG_LEVEL: expected one of DEBUG, INFO, WARNING, ERROR")
         kw["log_level"] = level
 
-    keys: list[str] = []
+    fixed: tuple[bytes, ...] = ()
     if v := env.get("EDGEGW_API_KEYS"):
-        keys += [k.strip() for k in v.split(",") if k.strip()]
+        fixed = check_keys("EDGEGW_API_KEYS", [k.strip() for k in v.split(",") if k.strip()])
+    from_file: tuple[bytes, ...] = ()
     if v := env.get("EDGEGW_API_KEYS_FILE"):
         try:
-            lines = Path(v).read_text(encoding="utf-8").splitlines()
-        except OSError as e:
-            raise SettingsError(f"EDGEGW_API_KEYS_FILE: cannot read ({e.strerror})") from None
-        keys += [
-            line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
-        ]
-    for k in keys:
-        if not k.isprintable() or " " in k:
-            raise SettingsError("EDGEGW_API_KEYS: keys must be printable and contain no spaces")
-    kw["api_keys"] = tuple(k.encode() for k in keys)
+            text = Path(v).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            reason = getattr(e, "strerror", None) or "not UTF-8"
+            raise SettingsError(f"EDGEGW_API_KEYS_FILE: cannot read ({reason})") from None
+        from_file = key_file_keys(text)
+        kw["api_keys_file"] = v
+    kw["api_keys_fixed"] = fixed
+    kw["api_keys"] = tuple(dict.fromkeys(fixed + from_file))
 
     _tls(env, kw)
     if v := env.get("AUTH_ENABLED"):
@@ -409,3 +412,18 @@ def _tls(env: Mapping[str, str], kw: dict[str, object]) -> None:
 
 
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+
+
+def key_file_keys(text: str) -> tuple[bytes, ...]:
+    """The keys of an EDGEGW_API_KEYS_FILE: one per line; blank lines and # comments skipped."""
+    lines = [line.strip() for line in text.splitlines()]
+    return check_keys(
+        "EDGEGW_API_KEYS_FILE", [line for line in lines if line and not line.startswith("#")]
+    )
+
+
+def check_keys(var: str, keys: list[str]) -> tuple[bytes, ...]:
+    for k in keys:
+        if not k.isprintable() or " " in k:
+            raise SettingsError(f"{var}: keys must be printable and contain no spaces")
+    return tuple(k.encode() for k in keys)
