@@ -125,9 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.command == "serve" and args.worker_fd is None:
-        from edgegw.envcheck import warn_unhonoured
+        from edgegw.envcheck import exposure, warn_unhonoured
 
         warn_unhonoured(os.environ)  # once per machine, not once per worker
+        if warning := exposure(settings.host, bool(settings.api_keys or settings.auth_enabled)):
+            logging.getLogger("edgegw.settings").warning("%s", warning)
     try:
         if args.command == "serve":
             workers = settings.workers or os.cpu_count() or 1

@@ -7,6 +7,7 @@ instead (never fail open); an `EDGEGW_*` variable edgegw does not know (a typo) 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -92,3 +93,23 @@ def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> l
 def warn_unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> None:
     for message in unhonoured(environ, extra_known):
         log.warning("%s", message)
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def exposure(host: str, authenticated: bool) -> str | None:
+    """The warning for a gateway reachable from a network with nobody asked who they are."""
+    if is_loopback(host) or authenticated:
+        return None
+    return (
+        f"SERVER_HOST={host} is not a loopback address and no client authentication "
+        "is set (EDGEGW_API_KEYS, EDGEGW_API_KEYS_FILE or AUTH_ENABLED): anyone who reaches "
+        "this port uses the providers' keys"
+    )

@@ -141,3 +141,20 @@ def test_unhonoured_variables_are_named_at_start() -> None:
             proc.wait(timeout=30)
     assert "ENVIRONMENT is set but not honoured" in stderr
     assert "EDGEGW_WORKERS" not in stderr.replace("EDGEGW_WORKRES", "")
+
+
+def test_a_network_facing_gateway_without_client_auth_is_warned_about() -> None:
+    from edgegw.envcheck import exposure
+
+    for host in ("0.0.0.0", "::", "10.1.2.3", "gateway.internal"):
+        s = Settings.load(environ={"SERVER_HOST": host})
+        warning = exposure(s.host, bool(s.api_keys or s.auth_enabled))
+        assert warning is not None and host in warning
+    for env in (
+        {"SERVER_HOST": "127.0.0.1"},
+        {"SERVER_HOST": "::1"},
+        {"SERVER_HOST": "localhost"},
+        {"SERVER_HOST": "0.0.0.0", "EDGEGW_API_KEYS": "k"},
+    ):
+        s = Settings.load(environ=env)
+        assert exposure(s.host, bool(s.api_keys or s.auth_enabled)) is None
