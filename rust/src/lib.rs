@@ -538,13 +538,27 @@ mod binding {
 
     #[pymethods]
     impl HeadInfo {
+        /// In Python's terms; the target is left out (a query string may carry a secret).
         fn __repr__(&self, py: Python<'_>) -> String {
+            let flag = |b: bool| if b { "True" } else { "False" };
+            let length = self
+                .content_length
+                .map_or_else(|| "None".to_string(), |n| n.to_string());
             format!(
-                "HeadInfo(method={:?}, http_version={:?}, content_length={:?}, chunked={})",
-                String::from_utf8_lossy(self.method.bind(py).as_bytes()),
-                String::from_utf8_lossy(self.http_version.bind(py).as_bytes()),
-                self.content_length,
-                self.chunked,
+                "HeadInfo(method={}, http_version={}, content_length={length}, chunked={}, \
+                 keep_alive={}, expect_continue={}, upgrade={})",
+                self.method
+                    .bind(py)
+                    .repr()
+                    .map_or_else(|_| "?".into(), |r| r.to_string()),
+                self.http_version
+                    .bind(py)
+                    .repr()
+                    .map_or_else(|_| "?".into(), |r| r.to_string()),
+                flag(self.chunked),
+                flag(self.keep_alive),
+                flag(self.expect_continue),
+                flag(self.upgrade),
             )
         }
     }
