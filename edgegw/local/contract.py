@@ -2,7 +2,8 @@
 headers and the profile's rules. Pure checks over the parsed request; nothing here does I/O.
 
 In order:
-  1. `X-SIE-Remote` (only one field, exactly `forbid`), `X-SIE-Pool`,
+  1. `X-SIE-Remote` (only one field, exactly `forbid`; read by the route for every target,
+     a remote one refused under `forbid`), `X-SIE-Pool`,
      `X-SIE-MACHINE-PROFILE`, `X-SIE-SDK-Version`;
   2. fields SGLang cannot honour (`reasoning_effort`, `reasoning_format`);
   3. the profile's rules: LoRA adapter names, the output cap (default
@@ -21,7 +22,7 @@ import orjson
 
 from edgegw._core import ParsedRequest
 from edgegw.asgi import Call
-from edgegw.errors import fail
+from edgegw.errors import GatewayError, fail
 from edgegw.local.fleet import LocalRuntime
 
 log = logging.getLogger("edgegw.local")
@@ -53,9 +54,11 @@ def check_request(
     *,
     default_max_tokens: int,
     sdk_versions: SdkVersionLog,
+    forbid_remote: bool,
 ) -> LocalRequest:
+    """`forbid_remote` is what `remote_forbidden(call)` said (the route reads the header
+    first, for every target)."""
     chat = req.endpoint == "chat"
-    forbid = remote_forbidden(call)
     pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
     machine = _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE")
     sdk_versions.note(_one_header(call, b"x-sie-sdk-version", "X-SIE-SDK-Version"))
@@ -76,7 +79,7 @@ def check_request(
     return LocalRequest(
         doc=doc,
         cap=cap,
-        forbid_remote=forbid,
+        forbid_remote=forbid_remote,
         pool=pool,
         machine_profile=machine,
         key=key if isinstance(key, str) else None,
@@ -96,6 +99,16 @@ def remote_forbidden(call: Call) -> bool:
             param="X-SIE-Remote",
         )
     return True
+
+
+def remote_target_forbidden() -> GatewayError:
+    """`X-SIE-Remote: forbid` on a request whose target is a remote provider (an explicit
+    `provider/model`, or `?provider=`): SIE refuses it, 400, rather than serve it remotely."""
+    return fail(
+        "INVALID_INPUT",
+        "X-SIE-Remote: forbid was sent for a model served by a remote provider",
+        param="X-SIE-Remote",
+    )
 
 
 def _one_header(call: Call, name: bytes, label: str) -> str | None:

@@ -25,7 +25,7 @@ from edgegw.errors import GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 from edgegw.local import serve as local
-from edgegw.local.contract import check_request
+from edgegw.local.contract import check_request, remote_forbidden, remote_target_forbidden
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
 
@@ -52,6 +52,8 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     outcome: Outcome | None = None
     status = 500
     try:
+        # SIE: the header is checked for every target; `forbid` refuses a remote one.
+        forbid = remote_forbidden(call)
         target = gw.resolver.generation(req.model, call.provider_param())
         if isinstance(target, Local):
             provider = "local"
@@ -62,6 +64,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 rt,
                 default_max_tokens=gw.settings.default_max_tokens,
                 sdk_versions=gw.sdk_versions,
+                forbid_remote=forbid,
             )
             served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
             if isinstance(served, local.NoLocalWorker):
@@ -83,6 +86,8 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 outcome = served
         else:
             provider = target.target.provider.id
+            if forbid:
+                raise remote_target_forbidden()
             outcome = await _remote(gw, call, req, target, ())
         status = CLIENT_CLOSED if outcome.client_gone else outcome.status
         if outcome.client_gone:
