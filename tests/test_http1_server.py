@@ -348,6 +348,35 @@ async def test_keep_alive_after_a_long_stream_and_pipelining(
         assert last.status == 200
 
 
+async def test_100_continue_chunked_bodies_and_head(gateway: Gateway) -> None:
+    async with await trio.open_tcp_stream("127.0.0.1", gateway.port) as stream:
+        head = post("/v1/chat/completions", CHAT, b"Expect: 100-continue")[: -len(CHAT)]
+        await stream.send_all(head)
+        with trio.fail_after(5):
+            assert await stream.receive_some(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        await stream.send_all(CHAT)
+        (resp,) = await read_responses(stream, 1)
+        assert resp.status == 200
+        chunked = (
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        await stream.send_all(chunked + b"5\r\n" + CHAT[:5] + b"\r\n")
+        await trio.sleep(0.05)
+        rest = CHAT[5:]
+        await stream.send_all(b"%x;ext=1\r\n%s\r\n0\r\n\r\n" % (len(rest), rest))
+        (resp,) = await read_responses(stream, 1)
+        assert resp.status == 200 and b"chat.completion" in resp.body
+        await stream.send_all(b"HEAD /health HTTP/1.1\r\nHost: gw\r\n\r\n" + get("/health"))
+        data = b""
+        with trio.fail_after(5):
+            while data.count(b"HTTP/1.1 ") < 2 or not data.endswith(b'"OK"}'):
+                data += await stream.receive_some(65536)
+        first, second = data.split(b"HTTP/1.1 ")[1:]
+        assert first.startswith(b"405 ") and first.endswith(b"\r\n\r\n")  # no body for HEAD
+        assert second.startswith(b"200 ")
+
+
 # -- 3. smuggling, h2c, the HTTP/2 preface ----------------------------------------------------
 
 SMUGGLED = get("/v1/models")  # what a desynchronised parser would take for a second request
@@ -416,7 +445,7 @@ async def test_a_connection_the_client_closed_gives_its_fd_back_at_once(
 ) -> None:
     await one_shot(gateway.port, get("/health", CLOSE))
     await trio.sleep(0.1)
-    before = fd_count()
+    before, tasks = fd_count(), task_names()
     streams = []
     for _ in range(20):
         stream = await trio.open_tcp_stream("127.0.0.1", gateway.port)
@@ -429,6 +458,7 @@ async def test_a_connection_the_client_closed_gives_its_fd_back_at_once(
     with trio.fail_after(2):  # the keep-alive timeout is 75 s
         while fd_count() > before:  # noqa: ASYNC110 (the kernel's count)
             await trio.sleep(0.01)
+    assert task_names() == tasks  # and their tasks are gone
 
 
 # -- 7. write stalls -----------------------------------------------------------------------
