@@ -288,15 +288,44 @@ async def test_forbid_without_a_worker_is_503_and_fallback_serves_remotely(
     worker.script.healthy = False
     text = profile_yaml([(worker.port, "default", None)], remote_fallback="openai/gpt-4o-mini")
     gw = await local_gateway(nursery, tmp_path, text, upstream_env(mock))
+    # Never healthy since the start: provisioning (SIE's scale-from-zero answer).
     resp = await post(gw, CHAT, [("x-sie-remote", "forbid")])
-    assert resp.status == 503 and resp.headers[b"retry-after"] == b"5"
+    assert resp.status == 503 and resp.headers[b"retry-after"] == b"60"
+    assert resp.headers[b"x-sie-error-code"] == b"PROVISIONING"
     assert mock.requests == []
     resp = await post(gw, CHAT)
     assert resp.status == 200, resp.body
     assert resp.headers[b"x-sie-served-by"] == b"remote"
-    assert resp.headers[b"x-sie-fallback-reason"] == b"unhealthy"
+    assert resp.headers[b"x-sie-fallback-reason"] == b"provisioning"
+    assert resp.headers[b"x-sie-upstream"] == b"openai"
     assert orjson.loads(mock.requests[-1].body)["model"] == "gpt-4o-mini"
     assert generations(worker) == []
+
+
+async def test_fallback_drops_sampling_hints_and_keeps_model_bound_requests_local(
+    nursery: trio.Nursery, tmp_path: Path, mock: MockUpstream, worker: FakeSGLang
+) -> None:
+    worker.script.healthy = False
+    text = profile_yaml([(worker.port, "default", None)], remote_fallback="openai/gpt-4o-mini")
+    gw = await local_gateway(nursery, tmp_path, text, upstream_env(mock))
+    hints = {"top_k": 5, "min_tokens": 1, "repetition_penalty": 1.1, "best_of": 1}
+    resp = await post(gw, {**CHAT, **hints, "chat_template_kwargs": {"enable_thinking": True}})
+    assert resp.status == 200, resp.body
+    dropped = resp.headers[b"x-edgegw-dropped-fields"].decode().split(",")
+    assert sorted(dropped) == sorted([*hints, "chat_template_kwargs"])
+    sent = orjson.loads(mock.requests[-1].body)
+    assert not set(sent) & {*hints, "chat_template_kwargs"}
+    # What only the local model can answer is not sent remotely: the local refusal answers.
+    for extra in (
+        {"lora_adapter": "sql-lora"},
+        {"best_of": 3},
+        {"response_format": {"type": "regex", "regex": "[a-z]+"}},
+    ):
+        before = len(mock.requests)
+        resp = await post(gw, {**CHAT, **extra})
+        assert resp.status == 503, (extra, resp.body)
+        assert b"x-sie-fallback-reason" not in resp.headers
+        assert len(mock.requests) == before
 
 
 async def test_failure_before_first_byte_is_retried_elsewhere(

@@ -239,3 +239,87 @@ async def test_forbid(nursery: trio.Nursery, tmp_path: Path, vector: dict[str, A
         assert not vector["remote"]
         assert fallback_headers(resp) == {}
         assert resp.headers.get(b"x-sie-served-by") == b"local"
+
+
+# -- bridge ---------------------------------------------------------------------------------
+
+
+def check_served_remotely(s: Setup, resp: RawResponse, reason: str | None) -> None:
+    assert resp.status == 200, resp.body
+    assert resp.headers[b"x-sie-served-by"] == b"remote"
+    assert resp.headers[b"x-sie-upstream"] == b"openai"
+    assert resp.headers.get(b"x-sie-fallback-reason") == (reason and reason.encode())
+    assert b"x-sie-fallback-error" not in resp.headers
+    assert s.provider.requests[-1]["model"] == REMOTE_PROFILE.partition("/")[2]
+
+
+def check_not_remote(s: Setup, resp: RawResponse, local: str) -> None:
+    assert s.provider.requests == []
+    assert fallback_headers(resp) == {}
+    assert resp.headers.get(b"x-sie-served-by") == b"local"
+    assert b"x-sie-upstream" not in resp.headers
+    if local == "ready":
+        assert resp.status == 200, resp.body
+    else:
+        assert resp.status >= 500, resp.body  # the local refusal
+
+
+@pytest.mark.parametrize("vector", vectors("bridge"))
+async def test_bridge(nursery: trio.Nursery, tmp_path: Path, vector: dict[str, Any]) -> None:
+    s = await setup(nursery, tmp_path, vector["local"], vector["triggers"])
+    resp = await chat(s, BARE)
+    check_disclosure(resp)
+    if vector["remote"]:
+        check_served_remotely(s, resp, vector["fallback_reason"])
+    else:
+        check_not_remote(s, resp, vector["local"])
+
+
+# -- fallback_error and restored_refusal ----------------------------------------------------
+
+# The local state (and triggers) behind each fallback reason.
+_STATE = {
+    "provisioning": ("no_worker", None),
+    "model_loading": ("loading", None),
+    "saturated": ("saturated", ["saturated"]),
+    "unhealthy": ("unhealthy", ["unhealthy"]),
+}
+
+
+@pytest.mark.parametrize("vector", vectors("fallback_error"))
+async def test_fallback_error(
+    nursery: trio.Nursery, tmp_path: Path, vector: dict[str, Any]
+) -> None:
+    s = await setup(nursery, tmp_path, "no_worker")
+    s.provider.status, s.provider.code = vector["status"], vector["code"]
+    resp = await chat(s, BARE)
+    check_disclosure(resp)
+    assert len(s.provider.requests) == 1
+    assert resp.headers[b"x-sie-fallback-error"] == vector["fallback_error"].encode()
+    assert resp.headers[b"x-sie-served-by"] == b"local"
+
+
+@pytest.mark.parametrize("vector", vectors("restored_refusal"))
+async def test_restored_refusal(
+    nursery: trio.Nursery, tmp_path: Path, vector: dict[str, Any]
+) -> None:
+    local, triggers = _STATE[vector["fallback_reason"]]
+    s = await setup(nursery, tmp_path, local, triggers)
+    attempt = vector["attempt"]
+    if attempt == "unanswered_before_deadline":
+        s.provider.delay_s = FIRST_BYTE_TIMEOUT_S * 4
+    else:
+        s.provider.status, s.provider.code = attempt["status"], attempt["code"]
+    resp = await chat(s, BARE)
+    check_disclosure(resp)
+    assert len(s.provider.requests) == 1
+    want = vector["local"]
+    assert resp.status == want["status"], resp.body
+    assert resp.headers[b"x-sie-error-code"] == want["code"].encode()
+    assert error_code(resp).upper() == want["code"]
+    retry_after = resp.headers.get(b"retry-after")
+    assert retry_after == (want["retry_after"] and want["retry_after"].encode())
+    assert resp.headers[b"x-sie-served-by"] == b"local"
+    assert b"x-sie-upstream" not in resp.headers
+    assert resp.headers[b"x-sie-fallback-reason"] == vector["fallback_reason"].encode()
+    assert resp.headers[b"x-sie-fallback-error"] == vector["fallback_error"].encode()

@@ -1,8 +1,16 @@
 """Local SGLang workers: health, what they report about their model, and which one serves
 a request.
 
-Each worker is probed with `GET /health` every `HEALTH_INTERVAL_S`; only healthy workers are
-routed to. Within the chosen pool (the profile's workers, narrowed by `X-SIE-Pool` and
+Each worker is probed with `GET /health` every `HEALTH_INTERVAL_S`, and a healthy one with
+`GET /v1/models`: only a worker that is healthy and lists the model is routed to. When none
+can take a request, `unavailable()` names the state, as SIE's fallback reason:
+  provisioning   no worker of the model has passed a health check since the start (or the
+                 profile lists none);
+  model_loading  a worker passes its health check but does not list the model (loading it,
+                 or serving another);
+  unhealthy      a worker that was healthy fails its checks (or its connection) now;
+  saturated      every routable worker is at MAX_IN_FLIGHT (serve.py adds: or answered
+                 429/503). Within the chosen pool (the profile's workers, narrowed by `X-SIE-Pool` and
 `X-SIE-MACHINE-PROFILE`), a request with a `routing_key` or `prompt_cache_key` goes to the
 same worker by rendezvous hashing (highest hash of key + worker URL wins) while that worker
 is healthy and below `MAX_IN_FLIGHT`; any number of gateway replicas agree on it without
@@ -39,7 +47,14 @@ MAX_IN_FLIGHT = 256
 class WorkerState:
     worker: Worker
     origin: Origin
+    # The model's name as the worker lists it in /v1/models.
+    model: str = ""
+    # The last /health answered 200.
     healthy: bool = False
+    # A /health answered 200 since the gateway started.
+    ever_healthy: bool = False
+    # False while the worker's /v1/models does not list the model.
+    loaded: bool = True
     checked: bool = False
     in_flight: int = 0
     max_model_len: int | None = None
@@ -48,6 +63,10 @@ class WorkerState:
     @property
     def saturated(self) -> bool:
         return self.in_flight >= MAX_IN_FLIGHT
+
+    @property
+    def routable(self) -> bool:
+        return self.healthy and self.loaded
 
 
 @dataclass(eq=False)
@@ -83,7 +102,7 @@ class Fleet:
         for m in models:
             runtime = LocalRuntime(m)
             for w in m.workers:
-                runtime.workers.append(WorkerState(w, Origin.from_url(w.url)))
+                runtime.workers.append(WorkerState(w, Origin.from_url(w.url), m.name))
             self.models[m.name] = runtime
 
     def all_workers(self) -> list[WorkerState]:
@@ -107,30 +126,43 @@ class Fleet:
                 nursery.start_soon(self.check, w)
 
     async def check(self, w: WorkerState) -> None:
-        ok = False
+        ok, loaded = False, w.loaded
         with trio.move_on_after(HEALTH_TIMEOUT_S):
             try:
                 status, _ = await self._get(w, b"/health")
                 ok = status == 200
-                if ok and w.max_model_len is None:
+                if ok:
+                    loaded = await self._lists_model(w)
+                if ok and w.vocab_size is None:
                     await self._learn(w)
             except GatewayError:
                 ok = False
-        if ok != w.healthy or not w.checked:
-            log.info("worker %s is %s", w.worker.url, "healthy" if ok else "unhealthy")
-        w.healthy, w.checked = ok, True
+        state = ("healthy" if loaded else "loading") if ok else "unhealthy"
+        if ok != w.healthy or loaded != w.loaded or not w.checked:
+            log.info("worker %s is %s", w.worker.url, state)
+        w.healthy, w.loaded, w.checked = ok, loaded, True
+        w.ever_healthy = w.ever_healthy or ok
+
+    async def _lists_model(self, w: WorkerState) -> bool:
+        """Whether the worker's /v1/models lists the model (an answer that says nothing
+        usable counts as yes); learns its context length from the model's card."""
+        status, body = await self._get(w, b"/v1/models")
+        if status != 200:
+            return True
+        try:
+            cards = [c for c in orjson.loads(body).get("data") or () if isinstance(c, dict)]
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            return True
+        if not cards:
+            return True
+        mine = [c for c in cards if c.get("id") == w.model]
+        for card in mine or cards[:1]:
+            if isinstance(card.get("max_model_len"), int) and w.max_model_len is None:
+                w.max_model_len = card["max_model_len"]
+        return bool(mine)
 
     async def _learn(self, w: WorkerState) -> None:
-        """The worker's effective context length and vocabulary size, when it says them."""
-        status, body = await self._get(w, b"/v1/models")
-        if status == 200:
-            try:
-                for card in orjson.loads(body).get("data") or ():
-                    if isinstance(card.get("max_model_len"), int):
-                        w.max_model_len = card["max_model_len"]
-                        break
-            except (orjson.JSONDecodeError, AttributeError):
-                pass
+        """The worker's vocabulary size, when it says it."""
         for path in (b"/server_info", b"/get_server_info"):
             status, body = await self._get(w, path)
             if status != 200:
@@ -158,6 +190,8 @@ class Fleet:
         self, rt: LocalRuntime, pool: str | None, machine_profile: str | None
     ) -> list[WorkerState]:
         """The model's workers in the requested pool and machine profile (healthy or not)."""
+        if not rt.workers:
+            return []
         pool = pool or rt.profile.workers[0].pool
         out = [w for w in rt.workers if w.worker.pool == pool]
         if machine_profile is not None:
@@ -168,7 +202,7 @@ class Fleet:
     def pick(
         candidates: list[WorkerState], key: str | None, exclude: set[int]
     ) -> WorkerState | None:
-        usable = [w for w in candidates if w.healthy and id(w) not in exclude]
+        usable = [w for w in candidates if w.routable and id(w) not in exclude]
         if not usable:
             return None
         if key:
@@ -180,6 +214,18 @@ class Fleet:
         if not free:
             return None
         return min(free, key=lambda w: (w.in_flight, w.worker.url))
+
+
+def unavailable(candidates: list[WorkerState]) -> str:
+    """Why no worker of `candidates` can take a request now (after `pick` found none):
+    SIE's fallback reason for the state (module doc)."""
+    if any(w.routable for w in candidates):
+        return "saturated"
+    if any(w.healthy and not w.loaded for w in candidates):
+        return "model_loading"
+    if any(w.ever_healthy for w in candidates):
+        return "unhealthy"
+    return "provisioning"
 
 
 def _load_tokenizer(path: Path) -> Any:

@@ -22,6 +22,13 @@ Example (every key but `name` and `workers` is optional):
         default_sampling: {temperature: 0.7}
         timeouts: {first_chunk_s: 90, inter_chunk_s: 15, overall_s: 600}
         remote_fallback: openai/gpt-4o-mini
+        triggers: [provisioning, model_loading]   # the local states that fall back
+
+`triggers` names the local states in which a request for the model's name goes to
+`remote_fallback` (SIE's fallback reasons): `provisioning` (no worker has passed a health
+check), `model_loading` (a worker answers but has not loaded the model), `saturated`,
+`unhealthy`. Absent, it is SIE's default, `provisioning` and `model_loading`. `workers` may
+be empty for a model with a `remote_fallback` (it is provisioning until workers are listed).
 """
 
 from __future__ import annotations
@@ -65,8 +72,12 @@ _MODEL_KEYS = frozenset(
         "default_sampling",
         "timeouts",
         "remote_fallback",
+        "triggers",
     }
 )
+# SIE's fallback reasons, and the ones a profile that declares no triggers falls back on.
+FALLBACK_REASONS = ("provisioning", "model_loading", "saturated", "unhealthy")
+DEFAULT_TRIGGERS = frozenset({"provisioning", "model_loading"})
 
 
 class ProfileError(ValueError):
@@ -100,6 +111,8 @@ class LocalModel:
     default_sampling: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     timeouts: Timeouts = Timeouts()
     remote_fallback: str | None = None
+    # The fallback reasons that send a request to remote_fallback.
+    triggers: frozenset[str] = DEFAULT_TRIGGERS
 
 
 def load_local_models(value: Any, base_dir: Path, source: str) -> tuple[LocalModel, ...]:
@@ -155,8 +168,8 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
             raise fail(str(key), "unknown key")
 
     workers_raw = data.get("workers")
-    if not isinstance(workers_raw, list) or not workers_raw:
-        raise fail("workers", "expected a non-empty list")
+    if not isinstance(workers_raw, list) or not (workers_raw or data.get("remote_fallback")):
+        raise fail("workers", "expected a non-empty list (empty only with a remote_fallback)")
     workers = []
     for i, w in enumerate(workers_raw):
         if not isinstance(w, dict):
@@ -243,6 +256,17 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
     fallback = data.get("remote_fallback")
     if fallback is not None and (not isinstance(fallback, str) or "/" not in fallback):
         raise fail("remote_fallback", "expected provider/model")
+    triggers = DEFAULT_TRIGGERS
+    if (raw_triggers := data.get("triggers")) is not None:
+        if fallback is None:
+            raise fail("triggers", "needs a remote_fallback")
+        if (
+            not isinstance(raw_triggers, list)
+            or not raw_triggers
+            or any(t not in FALLBACK_REASONS for t in raw_triggers)
+        ):
+            raise fail("triggers", f"expected a non-empty list of {', '.join(FALLBACK_REASONS)}")
+        triggers = frozenset(raw_triggers)
 
     return LocalModel(
         name=name,
@@ -256,4 +280,5 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
         default_sampling=MappingProxyType(dict(sampling)),
         timeouts=timeouts,
         remote_fallback=fallback,
+        triggers=triggers,
     )

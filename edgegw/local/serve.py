@@ -22,7 +22,7 @@ from edgegw.asgi import Call
 from edgegw.errors import GatewayError, fail
 from edgegw.exchange import Outcome, SseWriter, StreamState
 from edgegw.local.contract import LocalRequest
-from edgegw.local.fleet import Fleet, LocalRuntime, WorkerState
+from edgegw.local.fleet import Fleet, LocalRuntime, WorkerState, unavailable
 from edgegw.local.sglang import (
     ChatStream,
     WorkerFailure,
@@ -46,7 +46,7 @@ RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 @dataclass(frozen=True, slots=True)
 class NoLocalWorker:
     """No worker of the model could take the request; `reason` is SIE's fallback reason
-    (`provisioning`, `unhealthy`, `saturated`)."""
+    (`provisioning`, `model_loading`, `saturated`, `unhealthy`; see edgegw.local.fleet)."""
 
     reason: str
 
@@ -66,15 +66,6 @@ def first_chunk_timeout() -> GatewayError:
 
 def overall_timeout() -> GatewayError:
     return fail("overall_timeout", "the model did not finish in time")
-
-
-def no_local_worker(rt: LocalRuntime, reason: str) -> GatewayError:
-    """The 503 when no local worker serves and there is no remote fallback to try."""
-    return fail(
-        "provisioning" if reason == "provisioning" else "transport_failure",
-        f"no local worker can serve '{rt.profile.name}' now",
-        headers=((b"retry-after", b"5"), (b"x-sie-served-by", b"local")),
-    )
 
 
 async def serve(
@@ -169,13 +160,8 @@ async def _open(
     """A worker's response head (and for a stream its first piece), trying the next worker
     on a failure before any byte reached the client."""
     exclude: set[int] = set()
-    reason = "provisioning" if not candidates else "unhealthy"
-    if (
-        candidates
-        and all(w.saturated for w in candidates if w.healthy)
-        and any(w.healthy for w in candidates)
-    ):
-        reason = "saturated"
+    # What the attempts found, when they found something (else the workers' states say).
+    reason: str | None = None
     while (worker := fleet.pick(candidates, key, exclude)) is not None:
         exclude.add(id(worker))
         worker.in_flight += 1
@@ -201,6 +187,7 @@ async def _open(
                 e.code,
             )
             worker.healthy = False
+            reason = "unhealthy"
             continue
         if resp.status == 200 and not stream:
             return _Opened(worker, resp, b"")
@@ -220,6 +207,7 @@ async def _open(
                 log.warning(
                     "worker %s failed before the first chunk; trying another", worker.worker.url
                 )
+                reason = "unhealthy"
                 continue
             if not overloaded(first):
                 return _Opened(worker, resp, first)
@@ -242,7 +230,7 @@ async def _open(
             reason = "saturated" if resp.status in (429, 503) else "unhealthy"
             continue
         raise worker_error(resp.status, payload)
-    return NoLocalWorker(reason)
+    return NoLocalWorker(reason or unavailable(candidates))
 
 
 async def _stream(

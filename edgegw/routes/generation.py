@@ -4,8 +4,10 @@
      the Rust core (400 `invalid_request` / `unsupported_field`);
   2. resolve the target (edgegw.resolve): `?provider=`, a local model, `provider/model`;
   3. local: the SIE contract (edgegw.local.contract), then a worker (edgegw.local.serve);
-     with no worker able to serve, the profile's `remote_fallback` unless
-     `X-SIE-Remote: forbid`, said in `X-SIE-Served-By` / `X-SIE-Fallback-Reason`, else 503;
+     with no worker able to serve, the profile's `remote_fallback` when its triggers list
+     the reason and `X-SIE-Remote` is not `forbid` (edgegw.local.fallback: the disclosure
+     headers, the fields dropped, the local refusal answering a failed remote attempt),
+     else the local refusal;
   4. remote: vision gate, fields the provider cannot honour (400 `unsupported_field`), the
      body written by the Rust core (model replaced, the provider's omitted and renamed
      fields), forwarded or relayed with the provider's credentials (never the client's).
@@ -24,6 +26,7 @@ from edgegw.asgi import Call
 from edgegw.errors import GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
+from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import check_request, remote_forbidden, remote_target_forbidden
 from edgegw.relay import UpstreamRequest
@@ -68,20 +71,26 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             )
             served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
             if isinstance(served, local.NoLocalWorker):
-                fallback = rt.profile.remote_fallback
-                if fallback is None or lreq.forbid_remote:
-                    raise local.no_local_worker(rt, served.reason)
-                # A fallback names its provider in the profile; ?provider= only routes
-                # client models.
-                target = gw.resolver.remote(fallback, None)
-                provider = target.target.provider.id
-                outcome = await _remote(
-                    gw,
-                    call,
-                    req,
-                    target,
-                    ((b"x-sie-served-by", b"remote"), (b"x-sie-fallback-reason", served.reason.encode())),
-                )  # fmt: skip
+                reason, fallback = served.reason, rt.profile.remote_fallback
+                refusal = local_fallback.refusal(rt, reason)
+                plan = local_fallback.remote_plan(req)
+                if (
+                    fallback is None
+                    or lreq.forbid_remote
+                    or reason not in rt.profile.triggers
+                    or not plan.eligible
+                ):
+                    raise refusal
+                try:
+                    # A fallback names its provider in the profile; ?provider= only routes
+                    # client models.
+                    target = gw.resolver.remote(fallback, None)
+                    provider = target.target.provider.id
+                    headers = local_fallback.served_remotely(provider, reason, plan)
+                    outcome = await _remote(gw, call, req, target, headers, drop=plan.dropped)
+                except GatewayError as e:
+                    # Nothing reached the client: the local refusal answers, saying why.
+                    raise local_fallback.restored(refusal, reason, e) from None
             else:
                 outcome = served
         else:
@@ -118,8 +127,14 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
 
 
 async def _remote(
-    gw: Gateway, call: Call, req: ParsedRequest, remote: Remote, response_headers: Headers
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    remote: Remote,
+    response_headers: Headers,
+    drop: tuple[str, ...] = (),
 ) -> Outcome:
+    """`drop`: fields left out of the body (a local model's fallback), not refused."""
     chat = req.endpoint == "chat"
     target = remote.target
     provider = target.provider
@@ -130,13 +145,13 @@ async def _remote(
             "(ENABLE_VISION=true enables it).",
             param="messages",
         )
-    _refuse_unsupported(req.remote_unsupported, req.features)
+    _refuse_unsupported(tuple(f for f in req.remote_unsupported if f not in drop), req.features)
     assert remote.model is not None
     up = UpstreamRequest(
         origin=target.origin,
         target=target.path(provider.chat_path if chat else provider.completions_path),
         headers=target.sse_headers if req.stream else target.json_headers,
-        body=req.upstream_body(remote.model, target.omit, rename=provider.renamed_fields),
+        body=req.upstream_body(remote.model, (*target.omit, *drop), rename=provider.renamed_fields),
         secret=target.secret,
     )
     if req.stream:

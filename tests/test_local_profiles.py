@@ -1,0 +1,47 @@
+"""Profile keys of the SIE second pass: `triggers`, and a model with no workers yet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgegw.local.profiles import DEFAULT_TRIGGERS, ProfileError, parse_profile
+
+WORKER = [{"url": "http://127.0.0.1:30000"}]
+
+
+def profile(**extra: object) -> dict[str, object]:
+    return {"name": "m1", "workers": WORKER, **extra}
+
+
+def test_triggers_default_and_declared(tmp_path: Path) -> None:
+    m = parse_profile(profile(remote_fallback="openai/x"), tmp_path, "cfg", 0)
+    assert m.triggers == DEFAULT_TRIGGERS == {"provisioning", "model_loading"}
+    m = parse_profile(
+        profile(remote_fallback="openai/x", triggers=["saturated", "unhealthy"]), tmp_path, "cfg", 0
+    )
+    assert m.triggers == {"saturated", "unhealthy"}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"remote_fallback": "openai/x", "triggers": ["busy"]},
+        {"remote_fallback": "openai/x", "triggers": []},
+        {"remote_fallback": "openai/x", "triggers": "saturated"},
+        {"triggers": ["saturated"]},  # nothing to fall back to
+    ],
+)
+def test_bad_triggers_stop_the_start(tmp_path: Path, extra: dict[str, object]) -> None:
+    with pytest.raises(ProfileError, match="model 'm1': triggers: "):
+        parse_profile(profile(**extra), tmp_path, "cfg", 0)
+
+
+def test_no_workers_only_with_a_fallback(tmp_path: Path) -> None:
+    m = parse_profile(
+        {"name": "m1", "workers": [], "remote_fallback": "openai/x"}, tmp_path, "cfg", 0
+    )
+    assert m.workers == ()
+    with pytest.raises(ProfileError, match="workers: "):
+        parse_profile({"name": "m1", "workers": []}, tmp_path, "cfg", 0)
