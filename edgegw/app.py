@@ -33,7 +33,7 @@ from edgegw.errors import (
     render_error,
 )
 from edgegw.gateway import Gateway
-from edgegw.routes import generation, metrics, models, native, proxy
+from edgegw.routes import generation, mcp, metrics, models, native, proxy
 
 log = logging.getLogger("edgegw.app")
 
@@ -52,6 +52,7 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/completions": {"POST": generation.completions},
     "/v1/models": {"GET": models.list_models},
     "/v1/metrics": {"POST": metrics.metrics_push},
+    "/v1/mcp/tools": {"GET": mcp.list_tools},
     "/v1/responses": {"POST": native.responses},
     "/v1/messages": {"POST": native.messages},
     "/v1/images/generations": {"POST": native.images_generations},

@@ -17,7 +17,8 @@ log = logging.getLogger("edgegw.settings")
 # what that means for the operator.
 NOT_IMPLEMENTED: dict[str, str] = {
     "A2A_": "agent-to-agent endpoints are not part of edgegw",
-    "MCP_": "MCP tools are not served yet",
+    "MCP_RESPONSE_HEADER_TIMEOUT": "each MCP request is bounded whole by MCP_REQUEST_TIMEOUT",
+    "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
     "ROUTING_": "model routing is not implemented yet: aliases are not resolved",
     "GUARDRAILS_": "guardrails are not implemented yet",
     "TELEMETRY_TRACING_": "tracing is not implemented yet: no spans are exported",
@@ -37,6 +38,9 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "CLIENT_DISABLE_COMPRESSION": "edgegw always asks upstreams for identity encoding",
     "CLIENT_EXPECT_CONTINUE_TIMEOUT": "edgegw sends request bodies without Expect",
 }
+
+# MCP_* variables that act with MCP_ENABLED unset (MCP_EXPOSE: an empty tool list).
+MCP_WITHOUT_MCP = frozenset({"MCP_ENABLED", "MCP_EXPOSE"})
 
 # Settings that ask for protection: set (an *_ENABLED one: to a true value) and not
 # implemented, they stop the start. Each is (variable, what to do).
@@ -76,9 +80,13 @@ def refusals(environ: Mapping[str, str]) -> list[str]:
 def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> list[str]:
     """One warning per variable that is set and that edgegw does not act on."""
     known = KNOWN_EDGEGW | set(extra_known)
+    mcp_off = not _enabled(environ.get("MCP_ENABLED", ""))
     out = []
     for name in sorted(environ):
         if not environ[name].strip():
+            continue
+        if mcp_off and name.startswith("MCP_") and name not in MCP_WITHOUT_MCP:
+            out.append(f"{name} is set but not honoured: MCP_ENABLED is not true")
             continue
         for key, why in NOT_IMPLEMENTED.items():
             if name == key or (key.endswith("_") and name.startswith(key)):

@@ -4,6 +4,7 @@ route. Nothing in it belongs to one request."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from edgegw.auth.client_keys import ClientKeys
 from edgegw.auth.verifier import OidcVerifier
@@ -18,6 +19,9 @@ from edgegw.resolve import Resolver
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
+
+if TYPE_CHECKING:  # the MCP SDK takes a second to import: only when MCP_ENABLED
+    from edgegw.mcp.client import McpClient
 
 
 class Load:
@@ -45,6 +49,8 @@ class Gateway:
     # Bearer-token verification when AUTH_ENABLED (started by serve()); None otherwise.
     client_keys: ClientKeys
     verifier: OidcVerifier | None = None
+    # The MCP servers' client when MCP_ENABLED (started by serve()); None otherwise.
+    mcp: McpClient | None = None
 
     @property
     def pool(self) -> UpstreamPool:
@@ -78,4 +84,13 @@ def build_gateway(
         load=Load(),
         client_keys=ClientKeys(settings),
         verifier=OidcVerifier.from_settings(settings, pool) if settings.auth_enabled else None,
+        mcp=_mcp_client(settings),
     )
+
+
+def _mcp_client(settings: Settings) -> McpClient | None:
+    if not settings.mcp.enabled:
+        return None
+    from edgegw.mcp.client import McpClient
+
+    return McpClient(settings.mcp)

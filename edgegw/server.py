@@ -88,6 +88,8 @@ async def serve(
                 await nursery.start(gw.verifier.run)
             if settings.local_models:
                 await nursery.start(gw.fleet.run)
+            if gw.mcp is not None:  # a server down here is retried in the background
+                await nursery.start(gw.mcp.run)
             if settings.telemetry_enabled:
                 await nursery.start(telemetry.serve_metrics, metrics_socket)
 

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from edgegw.envcheck import refusals
 from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
+from edgegw.mcp.settings import McpSettings, McpSettingsError
 from edgegw.providers import PROVIDERS, ProviderConfig
 
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # inference-gateway's SERVER_MAX_REQUEST_BODY_SIZE
@@ -115,6 +116,8 @@ class Settings:
     write_stall_timeout_s: float = DEFAULT_LIMITS.write_stall_timeout_s
     max_head_bytes: int = DEFAULT_LIMITS.max_head_bytes
     max_connections: int = DEFAULT_LIMITS.max_connections
+    # MCP tools (MCP_*; edgegw.mcp.settings has the table).
+    mcp: McpSettings = field(default_factory=McpSettings)
 
     @classmethod
     def load(
@@ -328,6 +331,10 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     kw["api_keys"] = tuple(dict.fromkeys(fixed + from_file))
 
     _tls(env, kw)
+    try:
+        kw["mcp"] = McpSettings.from_env(env)
+    except McpSettingsError as e:
+        raise SettingsError(str(e)) from None
     if v := env.get("AUTH_ENABLED"):
         kw["auth_enabled"] = _bool("AUTH_ENABLED", v)
     for var, attr in (
