@@ -128,6 +128,35 @@ async def test_chat_maps_every_field_to_sglang(gw: Gateway, worker: FakeSGLang) 
     assert sent["rid"] == resp.headers[b"x-sie-request-id"].decode()
 
 
+USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens"}
+
+
+async def test_answer_shapes_fingerprint_usage_logprobs(gw: Gateway) -> None:
+    from importlib.metadata import version
+
+    import xxhash
+
+    fingerprint = "fp_" + xxhash.xxh3_64_hexdigest(f"qwen3-8b\0{version('edgegw')}".encode())
+    resp = await post(gw, {**CHAT, "logprobs": True})
+    answer = orjson.loads(resp.body)
+    assert answer["system_fingerprint"] == fingerprint
+    # The worker's usage has prompt_tokens_details and reasoning_tokens: not relayed.
+    assert set(answer["usage"]) == USAGE_KEYS
+    usage = answer["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    lp = answer["choices"][0]["logprobs"]
+    assert set(lp) == {"content", "refusal"} and lp["refusal"] is None and lp["content"]
+    resp = await post(
+        gw, {**CHAT, "stream": True, "n": 2, "stream_options": {"include_usage": True}}
+    )
+    chunks = [orjson.loads(e) for e in sse_data(resp.body) if e != b"[DONE]"]
+    assert chunks and all(c["system_fingerprint"] == fingerprint for c in chunks)
+    assert set(chunks[-1]["usage"]) == USAGE_KEYS
+    resp = await post(gw, {"model": "qwen3-8b", "prompt": "Once"}, path="/v1/completions")
+    answer = orjson.loads(resp.body)
+    assert answer["system_fingerprint"] == fingerprint and set(answer["usage"]) == USAGE_KEYS
+
+
 async def test_streaming_n3_with_the_sdk(sdk: OpenAI, gw: Gateway, worker: FakeSGLang) -> None:
     def run() -> list:
         return list(

@@ -6,24 +6,67 @@ Request: `lora_adapter` -> `lora_path`, `chat_template_kwargs` merged with the p
 (the profile wins on a conflict), the profile's default sampling under the request's,
 `developer` -> `system`, regex and grammar formats -> SGLang's `regex` / `ebnf`, `best_of`
 -> `n` candidates with logprobs, a request id (`rid`) so a disconnect can abort it.
-Answer: ids `chatcmpl-<rid>`, `delta.role` once per choice, one closing chunk per choice
-with its finish_reason, the usage chunk when asked, one `[DONE]`; best_of ranked by
-cumulative logprob; a missing usage fails closed.
+Answer: ids `chatcmpl-<rid>`, `system_fingerprint` on the answer and every chunk,
+`delta.role` once per choice, one closing chunk per choice with its finish_reason, the usage
+chunk when asked, one `[DONE]`; `usage` exactly {prompt_tokens, completion_tokens,
+total_tokens}; `logprobs` as {content, refusal: null}; best_of ranked by cumulative logprob;
+a missing usage fails closed.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import orjson
+import xxhash
 
 from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.errors import GatewayError, fail
 from edgegw.local.fleet import LocalRuntime
 
 PASS_FINISH = frozenset({"length", "tool_calls", "content_filter", "function_call"})
+
+
+def _gateway_version() -> str:
+    try:
+        return version("edgegw")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+GATEWAY_VERSION = _gateway_version()
+
+
+@functools.lru_cache(maxsize=1024)
+def system_fingerprint(model: str) -> str:
+    """SIE's `fp_` + xxh3 (64-bit, hex) of the model, a NUL and the gateway's version."""
+    return "fp_" + xxhash.xxh3_64_hexdigest(f"{model}\0{GATEWAY_VERSION}".encode())
+
+
+def normalize_usage(usage: object) -> dict[str, int]:
+    """Exactly {prompt_tokens, completion_tokens, total_tokens}; a worker's usage without
+    integer counts fails closed (SIE never synthesises them)."""
+    prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (prompt, completion)):
+        raise WorkerFailure("malformed_worker_response", "the worker sent no usage")
+    assert isinstance(prompt, int) and isinstance(completion, int)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def chat_logprobs(lp: object) -> dict[str, Any] | None:
+    """A choice's logprobs in the chat shape, {content, refusal: null}."""
+    if not isinstance(lp, dict):
+        return None
+    return {"content": lp.get("content"), "refusal": None}
 
 
 class WorkerFailure(Exception):
@@ -136,6 +179,7 @@ class ChatStream:
         self, rid: str, model: str, n: int, include_usage: bool, logprobs: bool, completions: bool
     ) -> None:
         self.id = ("cmpl-" if completions else "chatcmpl-") + rid
+        self.fingerprint = system_fingerprint(model)
         self.object = "text_completion" if completions else "chat.completion.chunk"
         self.model = model
         self.created = int(time.time())
@@ -156,6 +200,7 @@ class ChatStream:
             "object": self.object,
             "created": self.created,
             "model": self.model,
+            "system_fingerprint": self.fingerprint,
             "choices": choices,
         }
         if usage is not None:
@@ -174,7 +219,7 @@ class ChatStream:
         if "error" in doc:
             raise WorkerFailure("inference_error", "the worker reported an error mid-stream")
         if isinstance(doc.get("usage"), dict):
-            self.usage = doc["usage"]
+            self.usage = normalize_usage(doc["usage"])
         out = []
         for ch in doc.get("choices") or ():
             i = ch.get("index", 0)
@@ -210,7 +255,7 @@ class ChatStream:
                     delta["tool_calls"] = delta_in["tool_calls"]
                     self.tool_call.add(i)
                     self.tool_names += _tool_names(delta_in["tool_calls"])
-                lp = ch.get("logprobs") if self.logprobs else None
+                lp = chat_logprobs(ch.get("logprobs")) if self.logprobs else None
                 if delta or lp:
                     out.append(
                         self._event(
@@ -254,10 +299,11 @@ def normalize_answer(
 ) -> dict[str, Any]:
     if not isinstance(doc, dict) or not isinstance(doc.get("choices"), list):
         raise fail("malformed_worker_response", "the worker sent a malformed answer")
-    usage = doc.get("usage")
-    if not isinstance(usage, dict):
+    try:
+        usage = normalize_usage(doc.get("usage"))
+    except WorkerFailure:
         # SIE: a missing final usage is a 500, never synthesised.
-        raise fail("malformed_worker_response", "the worker sent no usage", status=500)
+        raise fail("malformed_worker_response", "the worker sent no usage", status=500) from None
     choices = [c for c in doc["choices"] if isinstance(c, dict)]
     if best_of and best_of > 1:
         choices.sort(key=_cumulative_logprob, reverse=True)
@@ -272,7 +318,7 @@ def normalize_answer(
         item: dict[str, Any] = {
             "index": i,
             "finish_reason": reason,
-            "logprobs": ch.get("logprobs") if logprobs else None,
+            "logprobs": chat_logprobs(ch.get("logprobs")) if logprobs else None,
         }
         if completions:
             item["text"] = ch.get("text") or ""
@@ -293,6 +339,7 @@ def normalize_answer(
         "object": "text_completion" if completions else "chat.completion",
         "created": int(time.time()),
         "model": model,
+        "system_fingerprint": system_fingerprint(model),
         "choices": out,
         "usage": usage,
     }
