@@ -378,11 +378,39 @@ async def test_worker_dying_mid_stream_ends_with_an_error_event(
     gw: Gateway, worker: FakeSGLang
 ) -> None:
     worker.script.crash_after_tokens = 2
-    resp = await post(gw, {**CHAT, "stream": True})
+    resp = await post(gw, {**CHAT, "stream": True, "n": 2})
     assert resp.status == 200
     events = sse_data(resp.body)
-    assert b"[DONE]" not in events
-    assert "error" in orjson.loads(events[-1])
+    # SIE's shape (sie-rules A7): a final chunk with the error and request_id, then [DONE].
+    assert events[-1] == b"[DONE]" and events.count(b"[DONE]") == 1
+    last = orjson.loads(events[-2])
+    assert last["object"] == "chat.completion.chunk" and last["id"] == events_id(events)
+    assert last["request_id"] == resp.headers[b"x-sie-request-id"].decode()
+    assert set(last["error"]) >= {"message", "type", "param", "code"}
+    assert last["error"]["code"] in ("upstream_connection_lost", "transport_failure")
+    assert [c["index"] for c in last["choices"]] == [0, 1]
+    assert all(c["finish_reason"] is None for c in last["choices"])
+
+
+def events_id(events: list[bytes]) -> str:
+    return str(orjson.loads(events[0])["id"])
+
+
+async def test_keep_alive_comments_while_the_worker_is_silent(
+    nursery: trio.Nursery, tmp_path: Path, worker: FakeSGLang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgegw.local import serve
+
+    monkeypatch.setattr(serve, "KEEPALIVE_S", 0.05)
+    text = profile_yaml(
+        [(worker.port, "default", None)],
+        timeouts="{first_chunk_s: 5, inter_chunk_s: 2, overall_s: 20}",
+    )
+    gw = await local_gateway(nursery, tmp_path, text)
+    worker.script.tokens, worker.script.token_delay_s = 3, 0.3
+    resp = await post(gw, {**CHAT, "stream": True})
+    assert resp.body.count(b": keep-alive\n\n") >= 3
+    assert sse_data(resp.body)[-1] == b"[DONE]"
 
 
 async def test_disconnect_aborts_the_generation_on_the_worker(
@@ -489,8 +517,8 @@ async def test_timeouts_from_the_profile(
     worker.script.token_delay_s = 0.6
     resp = await post(gw, {**CHAT, "stream": True})
     events = sse_data(resp.body)
-    assert b"[DONE]" not in events
-    assert orjson.loads(events[-1])["error"]["code"] in (
+    assert events[-1] == b"[DONE]"
+    assert orjson.loads(events[-2])["error"]["code"] in (
         "inter_chunk_timeout",
         "first_chunk_timeout",
     )

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
 import trio
 
 from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError
-from edgegw.asgi import Call
-from edgegw.errors import GatewayError, fail
+from edgegw.asgi import Call, Send
+from edgegw.errors import CATALOGUE, GatewayError, Headers, fail
 from edgegw.exchange import Outcome, SseWriter, StreamState
 from edgegw.local.contract import LocalRequest
 from edgegw.local.fleet import Fleet, LocalRuntime, WorkerState, unavailable
@@ -40,6 +41,13 @@ from edgegw.upstream import Response
 log = logging.getLogger("edgegw.local")
 
 ABORT_TIMEOUT_S = 1.5
+# A comment line to the client after this much worker silence: proxies with idle limits
+# (nginx's proxy_read_timeout is 60 s, many load balancers 30-60 s) keep the stream, and
+# it comes well inside the profile's inter-chunk timeout (SIE's example: 15 s).
+KEEPALIVE_S = 5.0
+KEEPALIVE = b": keep-alive\n\n"
+# retry_after_s in a mid-stream error chunk, for the codes whose retry time is known.
+RETRY_AFTER_S = {"shutting_down": 1.0}
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -103,7 +111,15 @@ async def serve(
     worker, resp = opened.worker, opened.resp
     extra = ((b"x-sie-served-by", b"local"), (b"x-sie-request-id", rid.encode()))
     outcome = Outcome()
-    writer = SseWriter(call.send, outcome, extra)
+    normalizer = ChatStream(
+        rid,
+        rt.profile.name,
+        req.n,
+        req.include_usage,
+        "logprobs" in req.fields,
+        completions=not chat,
+    )
+    writer = SieSseWriter(call.send, outcome, extra, normalizer.error_event)
     finished = False
     remaining = max(0.0, started + timeouts.overall_s - trio.current_time())
     try:
@@ -111,7 +127,7 @@ async def serve(
             try:
                 if stream:
                     finished = await _stream(
-                        writer, outcome, resp, rt, req, rid, timeouts.inter_chunk_s, opened.first
+                        writer, outcome, resp, normalizer, timeouts.inter_chunk_s, opened.first
                     )
                 else:
                     payload = await resp.read(exchanges.max_response_bytes)
@@ -234,37 +250,25 @@ async def _open(
 
 
 async def _stream(
-    writer: SseWriter,
+    writer: SieSseWriter,
     outcome: Outcome,
     resp: Response,
-    rt: LocalRuntime,
-    req: ParsedRequest,
-    rid: str,
+    normalizer: ChatStream,
     inter_chunk_s: float,
     first: bytes,
 ) -> bool:
     """Relay one worker stream in the SIE shape, starting with the `first` piece already
-    read; True when it ended cleanly."""
-    normalizer = ChatStream(
-        rid,
-        rt.profile.name,
-        req.n,
-        req.include_usage,
-        "logprobs" in req.fields,
-        completions=req.endpoint != "chat",
-    )
+    read; True when it ended cleanly. While the worker is silent, a keep-alive comment
+    goes out every KEEPALIVE_S, until inter_chunk_s of silence fails the stream."""
     splitter = SseSplitter()
     await writer.start()
     pending = first
     try:
         while True:
-            try:
-                with trio.fail_after(inter_chunk_s):
-                    chunk, pending = (
-                        (pending, b"") if pending else (await resp.receive_chunk(), b"")
-                    )
-            except trio.TooSlowError:
-                raise WorkerFailure("inter_chunk_timeout", "the worker stopped sending") from None
+            if pending:
+                chunk, pending = pending, b""
+            else:
+                chunk = await _next_chunk(writer, resp, inter_chunk_s)
             if not chunk:
                 break
             out: list[bytes] = []
@@ -285,6 +289,47 @@ async def _stream(
     except (GatewayError, UpstreamProtocolError) as e:
         await writer.fail(e.code, e.message if isinstance(e, GatewayError) else str(e))
     return False
+
+
+async def _next_chunk(writer: SieSseWriter, resp: Response, inter_chunk_s: float) -> bytes:
+    """The worker's next piece; keep-alive comments to the client while it is silent.
+    (Cancelling `receive_chunk` loses nothing: its only checkpoint is the socket read.)"""
+    deadline = trio.current_time() + inter_chunk_s
+    while True:
+        with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_S)):
+            return await resp.receive_chunk()
+        if trio.current_time() >= deadline:
+            raise WorkerFailure("inter_chunk_timeout", "the worker stopped sending")
+        await writer.write(KEEPALIVE)
+
+
+class SieSseWriter(SseWriter):
+    """A local stream's writer: a failure after the head is SIE's final chunk (the
+    choices unfinished, a top-level `error` and `request_id`), then `[DONE]` (sie-rules
+    A7), where a remote stream ends with an error event alone."""
+
+    __slots__ = ("_render",)
+
+    def __init__(
+        self,
+        send: Send,
+        outcome: Outcome,
+        extra_headers: Headers,
+        render: Callable[[str, str, str, float | None], bytes],
+    ) -> None:
+        super().__init__(send, outcome, extra_headers)
+        self._render = render
+
+    async def fail(self, code: str, message: str) -> None:
+        if self.state is not StreamState.STREAMING:
+            await super().fail(code, message)  # before the head: raises the error answer
+            return
+        self._outcome.error = code
+        self.state = StreamState.ENDED
+        type_ = CATALOGUE.get(code, (502, "server_error"))[1]
+        retry_after = RETRY_AFTER_S.get(code)
+        body = self._render(code, message, type_, retry_after) + b"data: [DONE]\n\n"
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 async def _abort(exchanges: Exchanges, worker: WorkerState, rid: str) -> None:

@@ -178,6 +178,7 @@ class ChatStream:
     def __init__(
         self, rid: str, model: str, n: int, include_usage: bool, logprobs: bool, completions: bool
     ) -> None:
+        self.rid = rid
         self.id = ("cmpl-" if completions else "chatcmpl-") + rid
         self.fingerprint = system_fingerprint(model)
         self.object = "text_completion" if completions else "chat.completion.chunk"
@@ -195,6 +196,11 @@ class ChatStream:
         self.tool_names: list[str] = []
 
     def _event(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
+        return b"data: " + orjson.dumps(self._doc(choices, usage)) + b"\n\n"
+
+    def _doc(
+        self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "id": self.id,
             "object": self.object,
@@ -205,6 +211,28 @@ class ChatStream:
         }
         if usage is not None:
             doc["usage"] = usage
+        return doc
+
+    def error_event(
+        self, code: str, message: str, type_: str, retry_after_s: float | None
+    ) -> bytes:
+        """SIE's final chunk of a stream that failed after its first byte: each unfinished
+        choice with finish_reason null, a top-level `error` and `request_id`."""
+        error: dict[str, Any] = {"message": message, "type": type_, "param": None, "code": code}
+        if retry_after_s is not None:
+            error["retry_after_s"] = retry_after_s
+        open_choices = [i for i in range(self.n) if i not in self.finished] or [0]
+        choices: list[dict[str, Any]]
+        if self.completions:
+            choices = [{"index": i, "text": "", "finish_reason": None} for i in open_choices]
+        else:
+            choices = [
+                {"index": i, "delta": {}, "logprobs": None, "finish_reason": None}
+                for i in open_choices
+            ]
+        doc = self._doc(choices)
+        doc["error"] = error
+        doc["request_id"] = self.rid
         return b"data: " + orjson.dumps(doc) + b"\n\n"
 
     def feed(self, data: bytes) -> list[bytes]:
