@@ -22,7 +22,6 @@ import logging
 import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -36,34 +35,13 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from edgegw.mcp.settings import TOOL_PREFIX, McpSettings, sse_url
+from edgegw.mcp.settings import McpSettings, sse_url
+from edgegw.mcp.tools import McpTool, ToolResult
 
 log = logging.getLogger("edgegw.mcp")
 
 # Pages of one tools/list walk: a server whose cursor never ends cannot hold a refresh.
 MAX_LIST_PAGES = 100
-
-
-@dataclass(frozen=True, slots=True)
-class McpTool:
-    """One tool of one server, as offered to models: `mcp_<name>`."""
-
-    name: str  # as the server names it
-    description: str
-    server: str  # the server's URL (MCP_SERVERS)
-    input_schema: Mapping[str, Any]
-
-    @property
-    def exposed_name(self) -> str:
-        return TOOL_PREFIX + self.name
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool call gives the model: the content of its `tool` message."""
-
-    content: str
-    is_error: bool
 
 
 class _Server:

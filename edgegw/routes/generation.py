@@ -29,6 +29,7 @@ from edgegw.gateway import Gateway
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import check_request, remote_forbidden, remote_target_forbidden
+from edgegw.mcp import agent as mcp_agent
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
 
@@ -154,7 +155,9 @@ async def _remote(
         body=req.upstream_body(remote.model, (*target.omit, *drop), rename=provider.renamed_fields),
         secret=target.secret,
     )
-    if req.stream:
+    if chat and gw.mcp is not None and mcp_agent.applies(gw.mcp, call, req.stream):
+        outcome = await mcp_agent.run(gw.exchanges, gw.mcp, call, up, req.stream, response_headers)
+    elif req.stream:
         outcome = await gw.exchanges.relay_sse(call, up, response_headers=response_headers)
     else:
         outcome = await gw.exchanges.forward(call, up, response_headers=response_headers)

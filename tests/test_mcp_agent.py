@@ -1,0 +1,198 @@
+"""Chat with MCP tools: the real gateway, a real MCP server (tests/mcp_server.py) and a
+scripted model (tests/scripted_model.py) that calls tools."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from .conftest import Gateway, sample, scrape, start_gateway
+from .mcp_server import ToolServer
+from .rawhttp import request
+from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
+from .test_mcp import mcp_env, pytestmark, wait_for_tool  # noqa: F401  (pytestmark: the filters)
+
+WEATHER = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def chat(**extra: Any) -> bytes:
+    return orjson.dumps(
+        {"model": "openai/gpt-4o", "messages": [{"role": "user", "content": "hi"}], **extra}
+    )
+
+
+async def setup(
+    nursery: trio.Nursery, script: Any, **env: str
+) -> tuple[ToolServer, ScriptedModel, int]:
+    tools, model, gw = await setup_gateway(nursery, script, **env)
+    return tools, model, gw.port
+
+
+async def setup_gateway(
+    nursery: trio.Nursery, script: Any, **env: str
+) -> tuple[ToolServer, ScriptedModel, Gateway]:
+    tools = ToolServer()
+    url = await nursery.start(tools.serve)
+    model = ScriptedModel(script)
+    await nursery.start(model.serve)
+    gw = await start_gateway(
+        nursery,
+        {
+            **model.env(),
+            **mcp_env(url, MCP_TOOL_MODE="direct", MCP_POLLING_ENABLED="false"),
+            **env,
+        },
+    )
+    await wait_for_tool(gw.port, "mcp_add")  # a short MCP_REQUEST_TIMEOUT may end the start first
+    return tools, model, gw
+
+
+def add_then_answer(body: dict[str, Any]) -> dict[str, Any]:
+    results = last_tool_results(body)
+    if not results:
+        return tool_calls(("mcp_add", {"a": 2, "b": 3}))
+    return text(f"the sum is {orjson.loads(results['call_0'])['structuredContent']['result']}")
+
+
+async def test_a_tool_call_is_executed_and_the_final_answer_returned(
+    nursery: trio.Nursery,
+) -> None:
+    tools, model, port = await setup(nursery, add_then_answer)
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    doc = orjson.loads(resp.body)
+    assert doc["choices"][0]["message"]["content"] == "the sum is 5"
+    assert tools.calls == ["add"]
+    assert len(model.bodies) == 2
+    first, second = model.bodies
+    assert "mcp_add" in {t["function"]["name"] for t in first["tools"]}
+    # The second call carries the assistant's turn and the tool's result.
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "tool"]
+    assert second["messages"][1]["tool_calls"][0]["function"]["name"] == "mcp_add"
+    assert second["messages"][2]["tool_call_id"] == "call_0"
+
+
+async def test_tool_calls_are_counted(nursery: trio.Nursery) -> None:
+    _, _, gw = await setup_gateway(nursery, add_then_answer, TELEMETRY_ENABLED="true")
+    resp = await request(gw.port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    text_ = await scrape(gw.metrics_port)
+    assert sample(text_, "inference_gateway_tool_calls_total", gen_ai_tool_name="mcp_add") == 1
+    tokens = sample(
+        text_, "gen_ai_client_token_usage_sum", gen_ai_token_type="input"
+    )  # both rounds' usage
+    assert tokens == 20
+
+
+async def test_client_tools_are_kept_beside_mcp_tools(nursery: trio.Nursery) -> None:
+    _, model, port = await setup(nursery, lambda body: text("ok"))
+    resp = await request(port, "POST", "/v1/chat/completions", chat(tools=[WEATHER]))
+    assert resp.status == 200, resp.body
+    names = [t["function"]["name"] for t in model.bodies[0]["tools"]]
+    assert names[0] == "get_weather"
+    assert set(names) == {"get_weather", "mcp_add", "mcp_slow", "mcp_grow"}
+
+
+async def test_a_client_tool_call_is_returned_to_the_client(nursery: trio.Nursery) -> None:
+    tools, model, port = await setup(
+        nursery, lambda body: tool_calls(("get_weather", {}), ("mcp_add", {"a": 1, "b": 1}))
+    )
+    resp = await request(port, "POST", "/v1/chat/completions", chat(tools=[WEATHER]))
+    assert resp.status == 200, resp.body
+    message = orjson.loads(resp.body)["choices"][0]["message"]
+    # The client sees only its own call; nothing ran on the MCP server.
+    assert [tc["function"]["name"] for tc in message["tool_calls"]] == ["get_weather"]
+    assert tools.calls == []
+    assert len(model.bodies) == 1
+
+
+async def test_tool_calls_of_one_turn_run_concurrently(nursery: trio.Nursery) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not last_tool_results(body):
+            return tool_calls(*[("mcp_add", {"a": i, "b": 1}) for i in range(4)])
+        return text(",".join(sorted(last_tool_results(body).values())))
+
+    tools, model, port = await setup(nursery, script)
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    assert tools.calls == ["add"] * 4
+    assert tools.most_running == 4
+    results = last_tool_results(model.bodies[1])
+    assert sorted(results) == ["call_0", "call_1", "call_2", "call_3"]
+    assert [
+        orjson.loads(results[f"call_{i}"])["structuredContent"]["result"] for i in range(4)
+    ] == [1, 2, 3, 4]
+
+
+async def test_a_tool_timeout_is_an_error_result_for_the_model(nursery: trio.Nursery) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not last_tool_results(body):
+            return tool_calls(("mcp_slow", {"seconds": 5}))
+        return text("gave up: " + last_tool_results(body)["call_0"])
+
+    _, model, port = await setup(nursery, script, MCP_REQUEST_TIMEOUT="200ms")
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    content = orjson.loads(resp.body)["choices"][0]["message"]["content"]
+    assert content.startswith("gave up: Error:") and "timed out" in content
+
+
+async def test_list_changed_refreshes_the_catalogue(nursery: trio.Nursery) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not last_tool_results(body):
+            return tool_calls(("mcp_grow", {}))
+        return text("grown")
+
+    _, model, port = await setup(nursery, script)
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    # Polling is off: only the notification can have told the gateway.
+    await wait_for_tool(port, "mcp_extra")
+
+
+async def test_rounds_are_bounded(nursery: trio.Nursery) -> None:
+    _, model, port = await setup(nursery, lambda body: tool_calls(("mcp_add", {"a": 1, "b": 1})))
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 502
+    assert orjson.loads(resp.body)["error"]["code"] == "mcp_rounds_exhausted"
+    assert len(model.bodies) == 10
+
+
+async def test_selector_mode(nursery: trio.Nursery) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        results = last_tool_results(body)
+        turns = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if turns == 0:
+            return tool_calls(("mcp_tools_get", {"query": "INTEGERS"}))
+        if turns == 1:
+            listed = orjson.loads(results["call_0"])["tools"]
+            assert [t["name"] for t in listed] == ["mcp_add"]
+            return tool_calls(("mcp_tools_execute", {"name": "add", "arguments": {"a": 4, "b": 4}}))
+        return text(results["call_0"])
+
+    tools, model, port = await setup(nursery, script, MCP_TOOL_MODE="selector")
+    resp = await request(port, "POST", "/v1/chat/completions", chat(tools=[WEATHER]))
+    assert resp.status == 200, resp.body
+    assert {t["function"]["name"] for t in model.bodies[0]["tools"]} == {
+        "get_weather",
+        "mcp_tools_get",
+        "mcp_tools_execute",
+    }
+    content = orjson.loads(resp.body)["choices"][0]["message"]["content"]
+    assert orjson.loads(content)["structuredContent"] == {"result": 8}
+    assert tools.calls == ["add"]
+
+
+@pytest.mark.parametrize("header", [True, False])
+async def test_bypass_header(nursery: trio.Nursery, header: bool) -> None:
+    _, model, port = await setup(nursery, lambda body: text("ok"))
+    headers = [("x-mcp-bypass", "1")] if header else None
+    resp = await request(port, "POST", "/v1/chat/completions", chat(), headers)
+    assert resp.status == 200
+    assert ("tools" in model.bodies[0]) is not header
