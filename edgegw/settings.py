@@ -10,6 +10,7 @@ the variable; no secret value is ever printed.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 import ssl
@@ -254,7 +255,14 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     if v := env.get("SERVER_MAX_REQUEST_BODY_SIZE"):
         kw["max_body_bytes"] = _int("SERVER_MAX_REQUEST_BODY_SIZE", v, 1024, 1 << 31)
     if v := env.get("SIE_GATEWAY_DEFAULT_MAX_TOKENS"):
-        kw["default_max_tokens"] = _int("SIE_GATEWAY_DEFAULT_MAX_TOKENS", v, 1, 2**32 - 1)
+        try:
+            kw["default_max_tokens"] = _int("SIE_GATEWAY_DEFAULT_MAX_TOKENS", v, 1, 2**32 - 1)
+        except SettingsError:
+            # SIE: an unparsable value falls back to the default, with a warning.
+            logging.getLogger("edgegw.settings").warning(
+                "SIE_GATEWAY_DEFAULT_MAX_TOKENS is not an integer in [1, 2^32-1]; using %d",
+                DEFAULT_MAX_TOKENS,
+            )
     for var, attr in (
         ("UPSTREAM_CONNECT_TIMEOUT", "connect_timeout_s"),
         ("UPSTREAM_FIRST_BYTE_TIMEOUT", "first_byte_timeout_s"),

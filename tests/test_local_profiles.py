@@ -1,4 +1,5 @@
-"""Profile keys of the SIE second pass: `triggers`, and a model with no workers yet."""
+"""Profile keys and settings of the SIE second pass: `triggers`, a model with no workers
+yet, an unparsable SIE_GATEWAY_DEFAULT_MAX_TOKENS."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgegw.local.profiles import DEFAULT_TRIGGERS, ProfileError, parse_profile
+from edgegw.settings import Settings
 
 WORKER = [{"url": "http://127.0.0.1:30000"}]
 
@@ -45,3 +47,13 @@ def test_no_workers_only_with_a_fallback(tmp_path: Path) -> None:
     assert m.workers == ()
     with pytest.raises(ProfileError, match="workers: "):
         parse_profile({"name": "m1", "workers": []}, tmp_path, "cfg", 0)
+
+
+@pytest.mark.parametrize("value", ["lots", "0", "-3", "1.5"])
+def test_unparsable_default_max_tokens_falls_back_to_1024(
+    value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings.load(environ={"SIE_GATEWAY_DEFAULT_MAX_TOKENS": value})
+    assert settings.default_max_tokens == 1024
+    assert any("SIE_GATEWAY_DEFAULT_MAX_TOKENS" in r.getMessage() for r in caplog.records)
+    assert Settings.load(environ={"SIE_GATEWAY_DEFAULT_MAX_TOKENS": "64"}).default_max_tokens == 64

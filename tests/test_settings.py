@@ -53,7 +53,6 @@ def test_precedence_flags_over_environment_over_file(tmp_path) -> None:
         ({"SERVER_PORT": "http"}, "SERVER_PORT"),
         ({"SERVER_PORT": "70000"}, "SERVER_PORT"),
         ({"SERVER_MAX_REQUEST_BODY_SIZE": "-1"}, "SERVER_MAX_REQUEST_BODY_SIZE"),
-        ({"SIE_GATEWAY_DEFAULT_MAX_TOKENS": "lots"}, "SIE_GATEWAY_DEFAULT_MAX_TOKENS"),
         ({"UPSTREAM_IDLE_TIMEOUT": "soon"}, "UPSTREAM_IDLE_TIMEOUT"),
         ({"UPSTREAM_CONNECT_TIMEOUT": "0s"}, "UPSTREAM_CONNECT_TIMEOUT"),
         ({"OPENAI_API_URL": "ftp://x", "OPENAI_API_KEY": "k"}, "OPENAI_API_URL"),
