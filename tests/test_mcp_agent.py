@@ -196,3 +196,57 @@ async def test_bypass_header(nursery: trio.Nursery, header: bool) -> None:
     resp = await request(port, "POST", "/v1/chat/completions", chat(), headers)
     assert resp.status == 200
     assert ("tools" in model.bodies[0]) is not header
+
+
+def sse_data(body: bytes) -> list[bytes]:
+    return [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
+
+
+async def test_streaming_shows_the_final_round(nursery: trio.Nursery) -> None:
+    tools, model, port = await setup(nursery, add_then_answer)
+    resp = await request(port, "POST", "/v1/chat/completions", chat(stream=True))
+    assert resp.status == 200, resp.body
+    assert resp.headers[b"content-type"] == b"text/event-stream"
+    data = sse_data(resp.body)
+    assert data[-1] == b"[DONE]" and data.count(b"[DONE]") == 1
+    chunks = [orjson.loads(d) for d in data[:-1]]
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == "the sum is 5"
+    assert not any("tool_calls" in d for d in deltas)  # the tool round is not shown
+    assert tools.calls == ["add"]
+    assert [b["stream"] for b in model.bodies] == [True, True]
+    assert model.bodies[1]["messages"][1]["tool_calls"][0]["function"] == {
+        "name": "mcp_add",
+        "arguments": '{"a":2,"b":3}',
+    }
+
+
+async def test_streaming_client_tool_call_without_mcp_calls(nursery: trio.Nursery) -> None:
+    tools, model, port = await setup(
+        nursery, lambda body: tool_calls(("mcp_add", {"a": 1, "b": 1}), ("get_weather", {}))
+    )
+    resp = await request(port, "POST", "/v1/chat/completions", chat(stream=True, tools=[WEATHER]))
+    assert resp.status == 200, resp.body
+    data = sse_data(resp.body)
+    assert data[-1] == b"[DONE]"
+    calls = [
+        tc
+        for d in data[:-1]
+        for c in orjson.loads(d)["choices"]
+        for tc in c["delta"].get("tool_calls") or ()
+    ]
+    assert {tc["index"] for tc in calls} == {0}  # renumbered from its index 1
+    assert [tc["function"].get("name") for tc in calls if "id" in tc] == ["get_weather"]
+    finish = [c["finish_reason"] for d in data[:-1] for c in orjson.loads(d)["choices"]]
+    assert "tool_calls" in finish
+    assert tools.calls == []
+    assert len(model.bodies) == 1
+
+
+async def test_streaming_rounds_are_bounded(nursery: trio.Nursery) -> None:
+    _, model, port = await setup(nursery, lambda body: tool_calls(("mcp_add", {"a": 1, "b": 1})))
+    resp = await request(port, "POST", "/v1/chat/completions", chat(stream=True))
+    assert resp.status == 200
+    last = orjson.loads(sse_data(resp.body)[-1])
+    assert last["error"]["code"] == "mcp_rounds_exhausted"
+    assert len(model.bodies) == 10

@@ -17,209 +17,26 @@ Streaming requests run the same loop through edgegw.mcp.stream.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
-import trio
 
 from edgegw.asgi import Call
 from edgegw.bodies import read_whole, scrub
-from edgegw.errors import GatewayError, Headers, fail
+from edgegw.errors import Headers, fail
 from edgegw.exchange import Outcome
-from edgegw.mcp.settings import TOOL_PREFIX
-from edgegw.mcp.tools import McpTool, ToolResult
+from edgegw.mcp.state import MAX_ROUNDS, Agent, rounds_exhausted
+from edgegw.mcp.stream import run_stream
 from edgegw.relay import Exchanges, UpstreamRequest, upstream_error
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient
 
-# Model calls of one request (inference-gateway's MaxAgentIterations): a model that keeps
-# calling tools gets an error, not an endless bill.
-MAX_ROUNDS = 10
-# MCP tool calls of one turn running at once.
-MAX_PARALLEL_TOOL_CALLS = 8
-# Selector mode's meta-tools.
-TOOLS_GET = TOOL_PREFIX + "tools_get"
-TOOLS_EXECUTE = TOOL_PREFIX + "tools_execute"
-SELECTOR_TOOLS: tuple[dict[str, Any], ...] = (
-    {
-        "type": "function",
-        "function": {
-            "name": TOOLS_GET,
-            "description": "List the MCP tools available (name and description), optionally "
-            "filtered by a search query; with `names`, the full input schemas of those tools.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "Words to look for."},
-                    "names": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": TOOLS_EXECUTE,
-            "description": "Run one MCP tool by name with its arguments.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "description": "The tool's name."},
-                    "arguments": {"type": "object", "description": "The tool's arguments."},
-                },
-                "required": ["name"],
-            },
-        },
-    },
-)
-
-
-def rounds_exhausted() -> GatewayError:
-    return GatewayError(
-        502,
-        "mcp_rounds_exhausted",
-        f"The model was still calling MCP tools after {MAX_ROUNDS} rounds.",
-        type="server_error",
-    )
-
 
 def applies(mcp: McpClient, call: Call, stream: bool) -> bool:
     """Whether a chat request gets MCP tools: some are connected and the client did not
     send `X-MCP-Bypass` (as inference-gateway's clients may)."""
-    return not stream and bool(mcp.tools) and not call.header(b"x-mcp-bypass")
-
-
-@dataclass
-class Agent:
-    """One request's agent state: the conversation as it grows and the tools offered."""
-
-    mcp: McpClient
-    doc: dict[str, Any]
-    offered: Mapping[str, McpTool]
-    selector: bool
-    names: frozenset[str] = field(default=frozenset())
-    usage: dict[str, int] = field(default_factory=dict)
-
-    @classmethod
-    def start(cls, mcp: McpClient, body: bytes) -> Agent:
-        doc = orjson.loads(body)
-        client_tools = doc.get("tools") or []
-        taken = {t.get("function", {}).get("name") for t in client_tools if isinstance(t, dict)}
-        catalogue = {n: t for n, t in mcp.tools.items() if n not in taken}
-        selector = mcp.settings.tool_mode == "selector"
-        if selector:
-            added = [t for t in SELECTOR_TOOLS if t["function"]["name"] not in taken]
-        else:
-            added = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.exposed_name,
-                        "description": t.description,
-                        "parameters": dict(t.input_schema),
-                    },
-                }
-                for t in catalogue.values()
-            ]
-        doc["tools"] = [*client_tools, *added]
-        names = frozenset(t["function"]["name"] for t in added)
-        return cls(mcp, doc, catalogue, selector, names)
-
-    def body(self) -> bytes:
-        return orjson.dumps(self.doc)
-
-    def count(self, usage: object) -> None:
-        if isinstance(usage, dict):
-            for key, value in usage.items():
-                if isinstance(value, int) and not isinstance(value, bool):
-                    self.usage[key] = self.usage.get(key, 0) + value
-
-    def split(self, message: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
-        """The message's tool calls: (MCP calls, the client's calls)."""
-        mine: list[Any] = []
-        theirs: list[Any] = []
-        for tc in message.get("tool_calls") or ():
-            name = tc.get("function", {}).get("name") if isinstance(tc, dict) else None
-            (mine if name in self.names else theirs).append(tc)
-        return mine, theirs
-
-    async def run_tools(self, calls: Sequence[Mapping[str, Any]]) -> list[ToolResult]:
-        results: list[ToolResult] = [ToolResult("", True)] * len(calls)
-        limiter = trio.CapacityLimiter(MAX_PARALLEL_TOOL_CALLS)
-
-        async def one(i: int, tc: Mapping[str, Any]) -> None:
-            async with limiter:
-                results[i] = await self._run_tool(tc)
-
-        async with trio.open_nursery() as nursery:
-            for i, tc in enumerate(calls):
-                nursery.start_soon(one, i, tc)
-        return results
-
-    def answer(
-        self, message: Mapping[str, Any], calls: Sequence[Any], results: list[ToolResult]
-    ) -> None:
-        """Append the assistant's turn and one `tool` message per call."""
-        messages = self.doc.setdefault("messages", [])
-        turn = dict(message)
-        turn["tool_calls"] = list(calls)
-        messages.append(turn)
-        for tc, result in zip(calls, results, strict=True):
-            messages.append(
-                {"role": "tool", "tool_call_id": tc.get("id"), "content": result.content}
-            )
-
-    async def _run_tool(self, tc: Mapping[str, Any]) -> ToolResult:
-        function = tc.get("function") or {}
-        name = function.get("name")
-        try:
-            args = orjson.loads(function.get("arguments") or "{}")
-        except orjson.JSONDecodeError:
-            args = None
-        if not isinstance(args, dict):
-            return ToolResult("Error: the arguments are not a JSON object", True)
-        if not self.selector:
-            return await self.mcp.call(str(name), args)
-        if name == TOOLS_GET:
-            return self._tools_get(args)
-        target = args.get("name")
-        arguments = args.get("arguments") or {}
-        if not isinstance(target, str) or not isinstance(arguments, dict):
-            return ToolResult("Error: mcp_tools_execute takes a name and an arguments object", True)
-        if not target.startswith(TOOL_PREFIX):
-            target = TOOL_PREFIX + target
-        if target not in self.offered:
-            return ToolResult(f"Error: no MCP tool is named {target}", True)
-        return await self.mcp.call(target, arguments)
-
-    def _tools_get(self, args: Mapping[str, Any]) -> ToolResult:
-        names = args.get("names")
-        if isinstance(names, list) and names:
-            wanted = {
-                n if n.startswith(TOOL_PREFIX) else TOOL_PREFIX + n
-                for n in names
-                if isinstance(n, str)
-            }
-            found = [
-                {
-                    "name": t.exposed_name,
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                }
-                for t in self.offered.values()
-                if t.exposed_name in wanted
-            ]
-        else:
-            query = str(args.get("query") or "").lower()
-            found = [
-                {"name": t.exposed_name, "description": t.description}
-                for t in self.offered.values()
-                if query in t.exposed_name.lower() or query in t.description.lower()
-            ]
-        return ToolResult(orjson.dumps({"tools": found}).decode(), False)
+    return bool(mcp.tools) and not call.header(b"x-mcp-bypass")
 
 
 async def run(
@@ -232,6 +49,8 @@ async def run(
 ) -> Outcome:
     """A chat request with MCP tools (module doc)."""
     agent = Agent.start(mcp, up.body)
+    if stream:
+        return await run_stream(agent, exchanges, call, up, response_headers)
     outcome = Outcome()
     for _ in range(MAX_ROUNDS):
         up.body = agent.body()
