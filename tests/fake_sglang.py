@@ -58,6 +58,8 @@ request's ``rid`` (a uuid4 hex when absent). With ``n > 1`` SGLang re-ids every 
 fresh uuid4 hex (``regenerate_rid``) and ``/abort_request`` only matches a running id EXACTLY, so
 an abort naming the request's own ``rid`` is silently ignored (200, nothing stops): abort each
 ``meta_info.id`` seen, or use ``abort_all``. ``active_rids`` holds the ids of running candidates.
+On /v1/* streams each candidate's chunks carry its id as ``id`` (SGLang's OpenAI serving writes
+``meta_info.id`` there), so a client of the OpenAI endpoints can learn the ids to abort.
 An abort ends the candidate with ``{"type": "abort", "message": "Aborted", "status_code": null,
 "err_type": null}`` (a non-streaming request then answers 200 with that finish reason).
 LoRA: ``lora_path`` (or, on /v1/*, ``model: "<served name>:<adapter>"``) must name one of
@@ -798,8 +800,15 @@ class _OpenAIRender:
         choice["matched_stop"] = finish.get("matched") if finish else None
         return choice
 
-    def _chunk(self, choices: list[dict[str, Any]], usage: Any = None) -> bytes:
-        return _sse({**self._base(True), "choices": choices, "usage": usage})
+    def _chunk(
+        self, choices: list[dict[str, Any]], usage: Any = None, cid: str | None = None
+    ) -> bytes:
+        """A stream chunk; `cid`: the candidate's id, which SGLang writes as the chunk's `id`
+        (`meta_info.id`: the re-id'd candidate when n > 1)."""
+        chunk = {**self._base(True), "choices": choices, "usage": usage}
+        if cid is not None:
+            chunk["id"] = cid
+        return _sse(chunk)
 
     def _usage(self) -> dict[str, Any]:
         gen = self.gen
@@ -813,7 +822,7 @@ class _OpenAIRender:
         if c.index not in self.sent:
             self.sent[c.index] = ""
             if self.chat:  # the role chunk: content "" and no finish_reason
-                out += self._chunk([self._choice(c.index, "", None, stream=True)])
+                out += self._chunk([self._choice(c.index, "", None, stream=True)], cid=c.rid)
         early = self.gen.early
         if early is not None and c.finish is early:
             status = early["status_code"]
@@ -823,14 +832,14 @@ class _OpenAIRender:
         delta = text[len(self.sent[c.index]) :] if text.startswith(self.sent[c.index]) else ""
         self.sent[c.index] = text
         if delta:
-            out += self._chunk([self._choice(c.index, delta, None, stream=True)])
+            out += self._chunk([self._choice(c.index, delta, None, stream=True)], cid=c.rid)
         return out
 
     def tail(self) -> bytes:
         out = b""
         if self.gen.early is None:
             for c in self.gen.candidates:
-                out += self._chunk([self._choice(c.index, None, c.finish, stream=True)])
+                out += self._chunk([self._choice(c.index, None, c.finish, stream=True)], cid=c.rid)
             if self.include_usage:
                 out += self._chunk([], self._usage())
         return out + _DONE

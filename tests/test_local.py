@@ -434,6 +434,25 @@ async def test_disconnect_aborts_the_generation_on_the_worker(
             await trio.sleep(0.02)
 
 
+async def test_disconnect_aborts_every_candidate_of_n(gw: Gateway, worker: FakeSGLang) -> None:
+    # SGLang re-ids each candidate of n > 1 and matches an abort's id exactly.
+    worker.script.tokens = 500
+    worker.script.token_delay_s = 0.02
+    resp = await request(
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({**CHAT, "stream": True, "n": 3}),
+        max_chunks=3,
+    )
+    candidates = set(worker.active_rids)
+    assert len(candidates) == 3
+    assert resp.headers[b"x-sie-request-id"].decode() not in candidates
+    with trio.fail_after(2):
+        while not candidates <= set(worker.aborted_rids):  # noqa: ASYNC110 (a fake's record)
+            await trio.sleep(0.01)
+
+
 async def test_affinity_across_two_gateway_instances(nursery: trio.Nursery, tmp_path: Path) -> None:
     fakes = [FakeSGLang(Script()) for _ in range(3)]
     for fake in fakes:

@@ -155,9 +155,14 @@ async def serve(
     finally:
         worker.in_flight -= 1
         if not finished:
-            # The worker may still be generating for nobody: abort it by request id.
+            # The worker may still be generating for nobody: abort it by request id, and
+            # each candidate by its own id (SGLang re-ids the candidates of n > 1, and
+            # matches an abort's id exactly). A non-streaming n > 1 shows no ids: closing
+            # its connection makes SGLang abort it.
             with trio.move_on_after(ABORT_TIMEOUT_S, shield=True):
-                await _abort(exchanges, worker, rid)
+                async with trio.open_nursery() as nursery:
+                    for abort_id in {rid} | normalizer.worker_ids:
+                        nursery.start_soon(_abort, exchanges, worker, abort_id)
     if writer.state is StreamState.ENDED and outcome.error is not None:
         outcome.status = 502
     return outcome

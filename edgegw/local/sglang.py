@@ -192,6 +192,9 @@ class ChatStream:
         self.finished: set[int] = set()
         self.tool_call: set[int] = set()
         self.usage: dict[str, Any] | None = None
+        # The worker's ids of the candidates (SGLang re-ids each of n > 1 and writes the
+        # candidate's id as the chunk's `id`): what an abort must name.
+        self.worker_ids: set[str] = set()
         # Names of the tools the model called (streamed calls name the function once).
         self.tool_names: list[str] = []
 
@@ -248,6 +251,9 @@ class ChatStream:
             raise WorkerFailure("inference_error", "the worker reported an error mid-stream")
         if isinstance(doc.get("usage"), dict):
             self.usage = normalize_usage(doc["usage"])
+        wid = doc.get("id")
+        if isinstance(wid, str) and len(self.worker_ids) < self.n and len(wid) <= 128:
+            self.worker_ids.add(wid)
         out = []
         for ch in doc.get("choices") or ():
             i = ch.get("index", 0)
