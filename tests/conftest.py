@@ -1,15 +1,19 @@
 """Fixtures: a fake upstream (edgegw's mock provider) and a real gateway, both on
-loopback port 0, started with nursery.start. Nothing of edgegw's own is mocked."""
+loopback port 0, started with nursery.start. Nothing of edgegw's own is mocked. And the
+helpers more than one test module uses: reading metrics, polling a fake peer, the SDK."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
+from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw.bench.mock import MockConfig, MockUpstream
@@ -34,7 +38,11 @@ SOCKET_MODULES = (
     "test_models",
     "test_otlp",
     "test_bench_cmd",
+    "test_plainhttp",
 )
+# How long a test waits for a fake peer to notice something (tests normally take
+# milliseconds). Wall time: what is awaited is other tasks' socket work, not a timer.
+WAIT_S = 2.0
 
 
 @pytest.fixture(autouse=True)
@@ -101,6 +109,32 @@ def sample(text: str, name: str, **labels: str) -> float | None:
     ]
     assert len(found) <= 1, found
     return found[0] if found else None
+
+
+async def wait_until(condition: Callable[[], bool], within_s: float = WAIT_S) -> None:
+    """Poll a fake peer's counter or record until `condition()` holds: the fakes offer no
+    events to wait on, and a test wants no more than this."""
+    with trio.fail_after(within_s):
+        while not condition():  # noqa: ASYNC110 (a fake peer's counter)
+            await trio.sleep(0.005)
+
+
+@contextmanager
+def openai_client(
+    base: str, *, api_key: str = "client-key", timeout: float = 10
+) -> Iterator[OpenAI]:
+    """The official client against a gateway's base URL, no retries; closed after (its
+    pool's sockets would leak)."""
+    client = OpenAI(base_url=f"{base}/v1", api_key=api_key, max_retries=0, timeout=timeout)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a blocking function (the SDK's) in a worker thread."""
+    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
 
 
 def upstream_env(mock: MockUpstream, **extra: str) -> dict[str, str]:

@@ -1,36 +1,37 @@
 """`edgegw bench`: short real runs (about a second each) against the built-in mock, through an
 edgegw the command starts, a gateway the test starts (--target), and the mock alone (--direct);
-the JSON it writes is checked for presence and sanity, never for speed."""
+the JSON it writes is checked for presence and sanity, never for speed. They run on wall time:
+a load that streams answers is never idle for long, and an autojumping clock would end it at
+its first idle moment; the two whose waits are only timers run on a virtual clock."""
 
 from __future__ import annotations
 
-import gc
 import io
 import json
 import socket
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from edgegw.bench.command import BenchError, parse_options, run_bench
-from edgegw.bench.loadgen import Histogram, Load, LoadSpec, _bounds, _bucket, send_one
+from edgegw.bench.loadgen import (
+    Histogram,
+    Load,
+    LoadSpec,
+    bucket_bounds,
+    bucket_index,
+    send_one,
+)
 from edgegw.bench.mock import MockConfig, MockUpstream
 
 from .conftest import start_gateway, upstream_env
 
 # Events of one stream from the mock: role, 16 content chunks, finish, usage, [DONE].
 EVENTS_PER_STREAM = 20
-
-
-@pytest.fixture(autouse=True)
-def _collect_leaks() -> Iterator[None]:
-    # A leaked socket's ResourceWarning must fail the test that leaked it (warnings are errors).
-    yield
-    gc.collect()
 
 
 async def bench(tmp_path: Path, *argv: str, name: str = "run") -> tuple[dict[str, Any], str, str]:
@@ -136,7 +137,10 @@ async def test_errors_are_counted_by_kind(tmp_path: Path) -> None:
     assert "http_500 20" in out
 
 
-async def test_slow_answers_are_timeouts(tmp_path: Path) -> None:
+async def test_slow_answers_are_timeouts(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: the run waits on timers only, the mock's 300 ms and the 0.1 s timeout.
     r, out, _ = await bench(
         tmp_path, "--no-stream", "--mock-latency-ms", "300", "--timeout", "0.1",
         "--connections", "2", "--max-requests", "4", "--warmup", "0", "--duration", "30",
@@ -229,7 +233,10 @@ async def test_interrupt_reports_what_ran(tmp_path: Path) -> None:
     assert "\r" not in err.getvalue()
 
 
-async def test_interrupt_before_the_load_exits_130(nursery: trio.Nursery) -> None:
+async def test_interrupt_before_the_load_exits_130(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: the first answer never comes, so the 0.2 s before Ctrl-C is the only wait.
     opts = parse_options(["--model", "openai/mock-hang", "--duration", "1"])  # no first answer
     interrupt = trio.Event()
 
@@ -290,7 +297,7 @@ async def test_the_command_end_to_end(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     command = [sys.executable, "-m", "edgegw", "bench"]
     args = ["--no-stream", "--duration", "0.5", "--warmup", "0", "--no-progress"]
-    with trio.fail_after(30):
+    with trio.fail_after(30):  # wall time: a child process, no timer of ours to jump to
         done = await trio.run_process(
             [*command, *args, "--json", str(path)], capture_stdout=True, capture_stderr=True
         )
@@ -305,9 +312,9 @@ async def test_the_command_end_to_end(tmp_path: Path) -> None:
 
 def test_histogram_buckets_tile_the_range() -> None:
     previous_high = -1
-    for index in range(_bucket(10**7) + 1):
-        low, high = _bounds(index)
-        assert low == previous_high + 1 and _bucket(low) == index == _bucket(high)
+    for index in range(bucket_index(10**7) + 1):
+        low, high = bucket_bounds(index)
+        assert low == previous_high + 1 and bucket_index(low) == index == bucket_index(high)
         assert high - low <= max(0, low // 128)  # under 0.8 % wide
         previous_high = high
 

@@ -3,109 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import Any
 
-import h11
-import orjson
 import pytest
 import trio
 
 from tests.fake_sglang import WORD_ID_BASE, WORDS, FakeSGLang, Script
 
-WAIT_S = 2  # upper bound for the fake to notice something; tests normally take milliseconds
+from .conftest import WAIT_S, wait_until
+from .rawhttp import Client, Reply, exchange
+
 EOS = Script().eos_token_id
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    complete: bool  # False when the connection ended inside the body (or before any response)
-
-    def json(self) -> object:
-        return orjson.loads(self.body)
-
-    def events(self) -> list[object]:
-        return _events(self.body)
-
-
-def _events(body: bytes) -> list[object]:
-    """The `data:` payloads of an SSE body, JSON-decoded except the literal [DONE]."""
-    out: list[object] = []
-    for block in body.split(b"\n\n"):
-        if block:
-            assert block.startswith(b"data: "), block
-            data = block[len(b"data: ") :]
-            out.append("[DONE]" if data == b"[DONE]" else orjson.loads(data))
-    return out
-
-
-@dataclass
-class Client:
-    """One connection; sends a request and reads its response as it arrives."""
-
-    stream: trio.SocketStream
-    conn: h11.Connection = field(default_factory=lambda: h11.Connection(h11.CLIENT))
-    buffer: bytes = b""
-
-    async def send(
-        self,
-        method: str,
-        path: str,
-        body: object = None,
-        content_type: str | None = "application/json",
-        headers: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        data = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
-        head = [("host", "sglang"), ("content-length", str(len(data))), *headers]
-        if body is not None and content_type is not None:
-            head.append(("content-type", content_type))
-        out = self.conn.send(h11.Request(method=method, target=path, headers=head))
-        out += self.conn.send(h11.Data(data=data)) + self.conn.send(h11.EndOfMessage())
-        await self.stream.send_all(out)
-
-    async def _event(self) -> object:
-        while True:
-            event = self.conn.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            self.conn.receive_data(await self.stream.receive_some(65536))
-
-    async def head(self) -> tuple[int, dict[str, str]]:
-        event = await self._event()
-        assert isinstance(event, h11.Response), event
-        return event.status_code, {k.decode(): v.decode() for k, v in event.headers}
-
-    async def next_event(self) -> object:
-        """The next SSE payload of a streamed body; None at its clean end."""
-        while b"\n\n" not in self.buffer:
-            event = await self._event()
-            if isinstance(event, h11.EndOfMessage):
-                assert not self.buffer
-                return None
-            assert isinstance(event, h11.Data), event
-            self.buffer += bytes(event.data)
-        block, self.buffer = self.buffer.split(b"\n\n", 1)
-        return _events(block + b"\n\n")[0]
-
-    async def reply(self) -> Reply:
-        status, headers, parts = 0, {}, []
-        try:
-            while True:
-                event = await self._event()
-                if isinstance(event, h11.Response):
-                    status = event.status_code
-                    headers = {k.decode(): v.decode() for k, v in event.headers}
-                elif isinstance(event, h11.Data):
-                    parts.append(bytes(event.data))
-                elif isinstance(event, h11.EndOfMessage):
-                    return Reply(status, headers, self.buffer + b"".join(parts), complete=True)
-                else:  # ConnectionClosed before any response
-                    return Reply(status, headers, b"".join(parts), complete=False)
-        except h11.RemoteProtocolError:  # the peer closed inside the body
-            return Reply(status, headers, self.buffer + b"".join(parts), complete=False)
 
 
 @pytest.fixture
@@ -115,28 +23,13 @@ async def fake(nursery: trio.Nursery) -> FakeSGLang:
     return server
 
 
-async def call(
-    fake: FakeSGLang,
-    method: str,
-    path: str,
-    body: object = None,
-    content_type: str | None = "application/json",
-    headers: tuple[tuple[str, str], ...] = (),
-) -> Reply:
-    async with await trio.open_tcp_stream("127.0.0.1", fake.port) as stream:
-        client = Client(stream)
-        await client.send(method, path, body, content_type, headers)
-        return await client.reply()
+async def call(fake: FakeSGLang, method: str, path: str, body: object = None, **kw: Any) -> Reply:
+    """One request on its own connection (`rawhttp.exchange`'s options), read whole."""
+    return await exchange(fake.port, method, path, body, host="sglang", **kw)
 
 
 async def generate(fake: FakeSGLang, **fields: object) -> Reply:
     return await call(fake, "POST", "/generate", {"text": "hello there world", **fields})
-
-
-async def wait_until(condition: Callable[[], bool]) -> None:
-    with trio.fail_after(WAIT_S):
-        while not condition():  # noqa: ASYNC110 (the fake offers counters, not events)
-            await trio.sleep(0.005)
 
 
 def words(start: int, count: int) -> str:
@@ -250,10 +143,20 @@ async def open_stream(fake: FakeSGLang, stack: list[trio.SocketStream], **fields
     stream = await trio.open_tcp_stream("127.0.0.1", fake.port)
     stack.append(stream)
     client = Client(stream)
-    await client.send("POST", "/generate", {"text": "hi", "stream": True, **fields})
+    await client.send("POST", "/generate", {"text": "hi", "stream": True, **fields}, host="sglang")
     status, _ = await client.head()
     assert status == 200
     return client
+
+
+async def rest_of_stream(client: Client) -> list[object]:
+    """The stream's remaining events, to its clean end. Wall time: after an abort the end is
+    the fake's socket work, not a timer."""
+    events = []
+    with trio.fail_after(WAIT_S):
+        while (event := await client.next_event()) is not None:
+            events.append(event)
+    return events
 
 
 async def test_abort_request_ends_the_stream_with_type_abort(fake: FakeSGLang) -> None:
@@ -268,10 +171,7 @@ async def test_abort_request_ends_the_stream_with_type_abort(fake: FakeSGLang) -
         assert fake.active_rids == {"victim"}
         reply = await call(fake, "POST", "/abort_request", {"rid": "victim"})
         assert (reply.status, reply.body) == (200, b"")
-        events = []
-        with trio.fail_after(WAIT_S):
-            while (event := await client.next_event()) is not None:
-                events.append(event)
+        events = await rest_of_stream(client)
     finally:
         for stream in streams:
             await stream.aclose()
@@ -297,10 +197,7 @@ async def test_n2_abort_needs_candidate_ids_or_abort_all(fake: FakeSGLang) -> No
         assert len(fake.active_rids) == 2 and first["meta_info"]["id"] in fake.active_rids
         await call(fake, "POST", "/abort_request", {"rid": first["meta_info"]["id"]})
         await call(fake, "POST", "/abort_request", {"abort_all": True})
-        events = []
-        with trio.fail_after(WAIT_S):
-            while (event := await client.next_event()) is not None:
-                events.append(event)
+        events = await rest_of_stream(client)
     finally:
         for stream in streams:
             await stream.aclose()
@@ -316,7 +213,7 @@ async def test_head_comes_first_and_a_slow_first_token_is_abortable(fake: FakeSG
     try:
         client = await open_stream(fake, streams, rid="slow")  # the 200 head is already here
         await call(fake, "POST", "/abort_request", {"rid": "slow"})
-        with trio.fail_after(WAIT_S):
+        with trio.fail_after(WAIT_S):  # wall time: the abort, not the 60 s timer, ends the wait
             event, done = await client.next_event(), await client.next_event()
     finally:
         for stream in streams:

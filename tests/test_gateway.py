@@ -9,11 +9,20 @@ from collections.abc import Iterator
 import orjson
 import pytest
 import trio
+import trio.testing
 from openai import APIError, BadRequestError, InternalServerError, OpenAI, RateLimitError
 
 from edgegw.bench.mock import MockUpstream
 
-from .conftest import UPSTREAM_KEY, Gateway, start_gateway, upstream_env
+from .conftest import (
+    UPSTREAM_KEY,
+    Gateway,
+    in_thread,
+    openai_client,
+    start_gateway,
+    upstream_env,
+    wait_until,
+)
 from .rawhttp import request, sse_data
 
 MESSAGES = [{"role": "user", "content": "Hello there"}]
@@ -21,14 +30,8 @@ MESSAGES = [{"role": "user", "content": "Hello there"}]
 
 @pytest.fixture
 def sdk(gateway: Gateway) -> Iterator[OpenAI]:
-    """The official client, closed after the test (its pool's sockets would leak)."""
-    client = OpenAI(base_url=f"{gateway.base}/v1", api_key="client-key", max_retries=0, timeout=10)
-    yield client
-    client.close()
-
-
-async def in_thread(fn, *args, **kwargs):
-    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    with openai_client(gateway.base) as client:
+        yield client
 
 
 async def test_chat_non_streaming_with_the_sdk(
@@ -212,10 +215,10 @@ async def test_client_disconnect_cancels_the_upstream_stream(
         max_chunks=2,
     )
     assert resp.status == 200
-    with trio.fail_after(1):  # the issue's bound: upstream cancelled within 1 s
-        while mock.stream_disconnects < 1:  # noqa: ASYNC110 (a fake peer's counter)
-            await trio.sleep(0.01)
-    # The cancelled exchange left no connection in the pool.
+    # The issue's bound: the upstream is cancelled within 1 s.
+    await wait_until(lambda: mock.stream_disconnects >= 1, within_s=1)
+    # The cancelled exchange left no connection in the pool. Wall time: the gateway's
+    # cleanup is socket work in other tasks, with no event to wait on.
     await trio.sleep(0.05)
     assert gw.pool.idle_count() == 0
     assert gw.pool.open_connections == 0
@@ -232,19 +235,16 @@ async def test_client_disconnect_cancels_a_non_streaming_request(
         + b"content-length: %d\r\n\r\n" % len(body)
         + body
     )
-    with trio.fail_after(1):
-        while mock.open_connections < 1 or not mock.requests:  # noqa: ASYNC110 (a fake peer's counter)
-            await trio.sleep(0.01)
+    await wait_until(lambda: mock.open_connections >= 1 and bool(mock.requests), within_s=1)
     await stream.aclose()
-    with trio.fail_after(1):
-        while mock.open_connections > 0:  # noqa: ASYNC110 (a fake peer's counter)
-            await trio.sleep(0.01)
+    await wait_until(lambda: mock.open_connections == 0, within_s=1)
     assert gw.pool.open_connections == 0
 
 
 async def test_unreachable_upstream_is_502_and_timeout_is_504(
-    nursery: trio.Nursery, mock: MockUpstream
+    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # Virtual time: the wait is the first-byte timer (the mock never answers), not a peer.
     closed = trio.socket.socket()
     await closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
@@ -269,8 +269,9 @@ async def test_unreachable_upstream_is_502_and_timeout_is_504(
 
 
 async def test_stalled_stream_ends_with_error_event(
-    nursery: trio.Nursery, mock: MockUpstream
+    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # Virtual time: the waits are timers, the mock's pace (2 tokens/s) and the idle timeout.
     gw = await start_gateway(nursery, upstream_env(mock, UPSTREAM_IDLE_TIMEOUT="200ms"))
     mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=2, tokens=10)
     resp = await request(
@@ -399,7 +400,9 @@ async def test_no_key_reaches_the_logs(
         [("x-api-key", "client-key-xyz")],
         max_chunks=1,
     )
-    await trio.sleep(0.6)  # let the disconnect watch act and log
+    # Let the disconnect watch act and log. Wall time: that is the gateway's socket work
+    # after the client hung up, with no event to wait on.
+    await trio.sleep(0.6)
     text = caplog.text
     for secret in ("client-key-xyz", "wrong-key-abc", UPSTREAM_KEY):
         assert secret not in text

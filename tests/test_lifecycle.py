@@ -2,51 +2,25 @@
 
 from __future__ import annotations
 
-import h11
 import orjson
 import trio
+import trio.testing
 
 from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
 
-from .conftest import UPSTREAM_KEY, start_gateway, upstream_env
-from .rawhttp import request, sse_data
+from .conftest import UPSTREAM_KEY, start_gateway, upstream_env, wait_until
+from .rawhttp import Client, request, sse_data
 
 CHAT = {"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]}
 
 
-async def keepalive_request(
-    stream: trio.SocketStream, conn: h11.Connection, body: bytes
-) -> tuple[int, dict, bytes]:
-    data = conn.send(
-        h11.Request(
-            method="POST",
-            target="/v1/chat/completions",
-            headers=[
-                ("host", "x"),
-                ("content-type", "application/json"),
-                ("content-length", str(len(body))),
-            ],
-        )
-    )
-    await stream.send_all(data + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
-    status, headers, out = 0, {}, b""
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            conn.receive_data(await stream.receive_some(65536))
-        elif isinstance(event, h11.Response):
-            status, headers = event.status_code, dict(event.headers.raw_items())
-        elif isinstance(event, h11.Data):
-            out += bytes(event.data)
-        elif isinstance(event, h11.EndOfMessage):
-            return status, headers, out
-
-
 async def test_shutdown_drains_streams_then_ends_the_rest(
-    nursery: trio.Nursery, mock: MockUpstream
+    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
 ) -> None:
+    # Virtual time: what the test waits for are timers (the mock's pace, the 1 s drain, its
+    # own sleeps), so it takes no wall time; the sockets between are all in this process.
     settings = Settings.load(
         environ={"SERVER_PORT": "0", "SERVER_GRACEFUL_TIMEOUT": "1s", **upstream_env(mock)}
     )
@@ -68,10 +42,11 @@ async def test_shutdown_drains_streams_then_ends_the_rest(
         results[name] = (await request(port, "POST", "/v1/chat/completions", body)).body
 
     async with await trio.open_tcp_stream("127.0.0.1", port) as idle:
-        conn = h11.Connection(h11.CLIENT)
-        status, _, _ = await keepalive_request(idle, conn, orjson.dumps(CHAT))
-        assert status == 200
-        conn.start_next_cycle()
+        client = Client(idle)
+        await client.send("POST", "/v1/chat/completions", CHAT)
+        reply = await client.reply()
+        assert reply.status == 200 and reply.complete
+        client.conn.start_next_cycle()
         mock.config = MockConfig(api_key=UPSTREAM_KEY, token_rate=20, tokens=1000)
         async with trio.open_nursery() as clients:
             clients.start_soon(stream, "short", 6)  # finishes inside the drain time
@@ -104,10 +79,8 @@ async def test_requests_past_the_in_flight_bound_get_503_at_once(
     hang = orjson.dumps({**CHAT, "model": "openai/mock-hang"})
     async with trio.open_nursery() as clients:
         clients.start_soon(request, gw.port, "POST", "/v1/chat/completions", hang)
-        with trio.fail_after(2):
-            while not mock.requests:  # noqa: ASYNC110 (a fake peer's record)
-                await trio.sleep(0.01)
-        with trio.fail_after(1):
+        await wait_until(lambda: bool(mock.requests))
+        with trio.fail_after(1):  # wall time: "at once" bounds a loopback answer, not a timer
             resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
         assert resp.status == 503 and resp.headers[b"retry-after"] == b"1"
         assert orjson.loads(resp.body)["error"]["code"] == "overloaded"

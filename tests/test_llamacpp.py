@@ -24,7 +24,7 @@ import pytest
 import trio
 from openai import OpenAI
 
-from .conftest import start_gateway
+from .conftest import in_thread, openai_client, start_gateway
 from .rawhttp import request
 
 MODEL_ALIAS = "gemma-3-270m"
@@ -133,13 +133,8 @@ async def sdk(nursery: trio.Nursery, engine: Engine) -> AsyncIterator[OpenAI]:
     gateway = await start_gateway(
         nursery, {"LLAMACPP_API_URL": f"http://127.0.0.1:{engine.port}/v1"}
     )
-    client = OpenAI(base_url=f"{gateway.base}/v1", api_key="client-key", max_retries=0, timeout=60)
-    yield client
-    client.close()
-
-
-async def in_thread(fn, *args, **kwargs):
-    return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    with openai_client(gateway.base, timeout=60) as client:
+        yield client
 
 
 async def test_chat_completion(sdk: OpenAI) -> None:

@@ -12,7 +12,7 @@ from openai import OpenAI
 
 from edgegw.bench.mock import MockUpstream
 
-from .conftest import Gateway, start_gateway, upstream_env
+from .conftest import Gateway, openai_client, start_gateway, upstream_env, wait_until
 from .fake_sglang import FakeSGLang, Script
 from .rawhttp import request, sse_data
 
@@ -60,9 +60,8 @@ async def gw(nursery: trio.Nursery, tmp_path: Path, worker: FakeSGLang) -> Gatew
 
 @pytest.fixture
 def sdk(gw: Gateway) -> Iterator[OpenAI]:
-    client = OpenAI(base_url=f"{gw.base}/v1", api_key="x", max_retries=0, timeout=20)
-    yield client
-    client.close()
+    with openai_client(gw.base, api_key="x", timeout=20) as client:
+        yield client
 
 
 def generations(fake: FakeSGLang) -> list[dict]:
@@ -426,12 +425,8 @@ async def test_disconnect_aborts_the_generation_on_the_worker(
         max_chunks=2,
     )
     rid = resp.headers[b"x-sie-request-id"].decode()
-    with trio.fail_after(2):
-        while rid not in worker.aborted_rids:  # noqa: ASYNC110 (a fake peer's record)
-            await trio.sleep(0.02)
-    with trio.fail_after(2):
-        while worker.active_rids:  # noqa: ASYNC110 (a fake peer's record)
-            await trio.sleep(0.02)
+    await wait_until(lambda: rid in worker.aborted_rids)
+    await wait_until(lambda: not worker.active_rids)
 
 
 async def test_disconnect_aborts_every_candidate_of_n(gw: Gateway, worker: FakeSGLang) -> None:

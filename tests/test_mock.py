@@ -5,8 +5,7 @@ tests, while these tests want the mock's defaults."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import h11
 import orjson
@@ -15,28 +14,8 @@ import trio
 
 from edgegw.bench.mock import MAX_BODY_BYTES, WORDS, MockConfig, MockUpstream
 
-WAIT_S = 2  # upper bound for the mock to notice something; tests normally take milliseconds
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-    complete: bool  # False when the connection ended inside the body
-
-    def json(self) -> object:
-        return orjson.loads(self.body)
-
-    def events(self) -> list[object]:
-        """The `data:` payloads of an SSE body, JSON-decoded except the literal [DONE]."""
-        out: list[object] = []
-        for block in self.body.split(b"\n\n"):
-            if block:
-                assert block.startswith(b"data: "), block
-                data = block[len(b"data: ") :]
-                out.append("[DONE]" if data == b"[DONE]" else orjson.loads(data))
-        return out
+from .conftest import WAIT_S, wait_until
+from .rawhttp import Client, Reply, exchange
 
 
 @pytest.fixture
@@ -46,43 +25,6 @@ async def upstream(nursery: trio.Nursery) -> MockUpstream:
     return server
 
 
-async def send_request(
-    stream: trio.SocketStream,
-    conn: h11.Connection,
-    method: str,
-    path: str,
-    body: object = None,
-    headers: tuple[tuple[str, str], ...] = (),
-) -> None:
-    data = b"" if body is None else body if isinstance(body, bytes) else orjson.dumps(body)
-    head = [("host", "mock"), ("content-length", str(len(data))), *headers]
-    if body is not None:
-        head.append(("content-type", "application/json"))
-    out = conn.send(h11.Request(method=method, target=path, headers=head))
-    out += conn.send(h11.Data(data=data)) + conn.send(h11.EndOfMessage())
-    await stream.send_all(out)
-
-
-async def receive_reply(stream: trio.SocketStream, conn: h11.Connection) -> Reply:
-    status, headers, parts = 0, {}, []
-    try:
-        while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await stream.receive_some(65536))
-            elif isinstance(event, h11.Response):
-                status = event.status_code
-                headers = {k.decode(): v.decode() for k, v in event.headers}
-            elif isinstance(event, h11.Data):
-                parts.append(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return Reply(status, headers, b"".join(parts), complete=True)
-            else:
-                raise AssertionError(f"unexpected {event!r}")
-    except h11.RemoteProtocolError:  # the peer closed inside the body
-        return Reply(status, headers, b"".join(parts), complete=False)
-
-
 async def call(
     upstream: MockUpstream,
     method: str,
@@ -90,10 +32,7 @@ async def call(
     body: object = None,
     headers: tuple[tuple[str, str], ...] = (),
 ) -> Reply:
-    async with await trio.open_tcp_stream("127.0.0.1", upstream.port) as stream:
-        conn = h11.Connection(h11.CLIENT)
-        await send_request(stream, conn, method, path, body, headers)
-        return await receive_reply(stream, conn)
+    return await exchange(upstream.port, method, path, body, headers=headers)
 
 
 async def raw_exchange(upstream: MockUpstream, data: bytes) -> bytes:
@@ -105,13 +44,6 @@ async def raw_exchange(upstream: MockUpstream, data: bytes) -> bytes:
             while chunk := await stream.receive_some(65536):
                 received += chunk
         return received
-
-
-async def wait_until(condition: Callable[[], bool]) -> None:
-    """Poll a counter of the mock: it offers no events to wait on, and a test wants no more."""
-    with trio.fail_after(WAIT_S):
-        while not condition():  # noqa: ASYNC110
-            await trio.sleep(0.005)
 
 
 def chat(**fields: object) -> dict[str, object]:
@@ -220,8 +152,7 @@ async def test_break_after_closes_mid_stream(upstream: MockUpstream) -> None:
 
 async def test_hang_ends_when_the_client_leaves(upstream: MockUpstream) -> None:
     async with await trio.open_tcp_stream("127.0.0.1", upstream.port) as stream:
-        await send_request(stream, h11.Connection(h11.CLIENT), "POST", "/v1/chat/completions",
-                           chat(model="mock-hang"))  # fmt: skip
+        await Client(stream).send("POST", "/v1/chat/completions", chat(model="mock-hang"))
         await wait_until(lambda: len(upstream.requests) == 1)
         assert upstream.open_connections == 1
     await wait_until(lambda: upstream.open_connections == 0)
@@ -237,14 +168,11 @@ async def test_slow_first_byte(upstream: MockUpstream) -> None:
 async def test_client_leaving_mid_stream_is_counted(upstream: MockUpstream) -> None:
     upstream.config = replace(upstream.config, tokens=100_000, token_rate=2000)
     async with await trio.open_tcp_stream("127.0.0.1", upstream.port) as stream:
-        conn = h11.Connection(h11.CLIENT)
-        await send_request(stream, conn, "POST", "/v1/chat/completions", chat(stream=True))
+        client = Client(stream)
+        await client.send("POST", "/v1/chat/completions", chat(stream=True))
         data_events = 0
         while data_events < 3:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await stream.receive_some(65536))
-            elif isinstance(event, h11.Data):
+            if isinstance(await client.event(), h11.Data):
                 data_events += 1
     await wait_until(lambda: upstream.stream_disconnects == 1)
     await wait_until(lambda: upstream.open_connections == 0)
@@ -270,7 +198,7 @@ async def test_api_key(upstream: MockUpstream) -> None:
 
 async def test_keep_alive_and_errors_on_one_connection(upstream: MockUpstream) -> None:
     async with await trio.open_tcp_stream("127.0.0.1", upstream.port) as stream:
-        conn = h11.Connection(h11.CLIENT)
+        client = Client(stream)
         statuses = []
         for method, path, body in [
             ("GET", "/health", None),
@@ -280,12 +208,12 @@ async def test_keep_alive_and_errors_on_one_connection(upstream: MockUpstream) -
             ("POST", "/v1/chat/completions", {"n": 0}),
             ("POST", "/v1/chat/completions", chat(stream=True)),
         ]:
-            await send_request(stream, conn, method, path, body)
-            reply = await receive_reply(stream, conn)
+            await client.send(method, path, body)
+            reply = await client.reply()
             statuses.append(reply.status)
             if reply.status >= 400:
                 assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
-            conn.start_next_cycle()
+            client.conn.start_next_cycle()
         assert statuses == [200, 404, 405, 400, 400, 200]
         assert upstream.open_connections == 1
 
@@ -314,16 +242,16 @@ async def test_request_pipelined_behind_a_stream(upstream: MockUpstream) -> None
     upstream.config = replace(upstream.config, tokens=3, token_rate=1000)
     health = h11.Request(method="GET", target="/health", headers=[("host", "mock")])
     async with await trio.open_tcp_stream("127.0.0.1", upstream.port) as stream:
-        conn = h11.Connection(h11.CLIENT)
-        await send_request(stream, conn, "POST", "/v1/completions", {"stream": True})
+        client = Client(stream)
+        await client.send("POST", "/v1/completions", {"stream": True})
         # Sent before the stream is answered, so the mock's watcher is the one that reads it.
         await stream.send_all(h11.Connection(h11.CLIENT).send(health))
-        first = await receive_reply(stream, conn)
+        first = await client.reply()
         assert first.complete and first.events()[-1] == "[DONE]"
-        conn.start_next_cycle()
-        conn.send(health)  # only to move the client's h11 along: the bytes went out above
-        conn.send(h11.EndOfMessage())
-        assert (await receive_reply(stream, conn)).json() == {"status": "ok"}
+        client.conn.start_next_cycle()
+        client.conn.send(health)  # only to move the client's h11 along: the bytes went out above
+        client.conn.send(h11.EndOfMessage())
+        assert (await client.reply()).json() == {"status": "ok"}
     assert [r.path for r in upstream.requests] == ["/v1/completions", "/health"]
     assert upstream.stream_disconnects == 0
 

@@ -7,8 +7,6 @@ is blocked), so a hanging provider costs no wall time."""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +65,6 @@ ALL_IDS = [
     "llamacpp/gemma-3-270m-it",
 ]
 PLAIN_KEYS = ["id", "object", "created", "owned_by", "served_by"]
-
-
-@pytest.fixture(autouse=True)
-def _collect_leaks() -> Iterator[None]:
-    """A leaked socket's ResourceWarning fails the test that leaked it (warnings are errors)."""
-    yield
-    gc.collect()
 
 
 @pytest.fixture

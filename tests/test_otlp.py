@@ -4,11 +4,8 @@ the mock upstream started on port 0, the exposition text read back over HTTP."""
 
 from __future__ import annotations
 
-import gc
 import gzip
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
 
 import orjson
 import pytest
@@ -32,14 +29,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from edgegw._core import RequestError, decode_otlp_metrics, gunzip_capped
 from edgegw.bench.mock import MockUpstream
 from edgegw.errors import GatewayError
-from edgegw.server import serve
 from edgegw.settings import Settings
 from edgegw.telemetry.instruments import OVERFLOW_VALUE
 from edgegw.telemetry.otlp import MAX_REPLAY_OBSERVATIONS, decode_json
 from edgegw.telemetry.recording import Telemetry
-from edgegw.upstream import UpstreamPool
 
-from .conftest import sample, upstream_env
+from .conftest import Gateway, sample, start_gateway, upstream_env
 from .conftest import scrape as scrape_port
 from .rawhttp import RawResponse, request
 
@@ -51,38 +46,10 @@ CUMULATIVE = AGGREGATION_TEMPORALITY_CUMULATIVE
 MiB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def _collect_leaks() -> Iterator[None]:
-    # As conftest does for the socket modules: a leaked socket fails the test that leaked.
-    yield
-    gc.collect()
-
-
-@dataclass
-class Node:
-    port: int
-    telemetry: Telemetry
-
-    @property
-    def metrics_port(self) -> int:
-        assert self.telemetry.metrics_port is not None
-        return self.telemetry.metrics_port
-
-
-async def start(nursery: trio.Nursery, env: dict[str, str]) -> Node:
-    """A gateway whose Telemetry the test holds (to learn the metrics port)."""
-    settings = Settings.load(environ={"SERVER_PORT": "0", "TELEMETRY_METRICS_PORT": "0", **env})
-    telemetry = Telemetry(settings)
-    pool = UpstreamPool(connect_timeout_s=5, idle_per_host=4)
-    binds = await nursery.start(
-        lambda task_status: serve(settings, pool=pool, telemetry=telemetry, task_status=task_status)
-    )
-    return Node(port=int(binds[0].rsplit(":", 1)[1]), telemetry=telemetry)
-
-
 @pytest.fixture
-async def node(nursery: trio.Nursery, mock: MockUpstream) -> Node:
-    return await start(nursery, upstream_env(mock, **ENABLED))
+async def node(nursery: trio.Nursery, mock: MockUpstream) -> Gateway:
+    """A gateway with telemetry and pushes on; its metrics port is picked at start."""
+    return await start_gateway(nursery, upstream_env(mock, **ENABLED))
 
 
 # --- payloads -------------------------------------------------------------------------
@@ -146,7 +113,7 @@ def encode(req: ExportMetricsServiceRequest, kind: str) -> bytes:
 
 
 async def push(
-    node: Node,
+    node: Gateway,
     body: bytes,
     content_type: str = PROTOBUF,
     *,
@@ -171,7 +138,7 @@ def error_code(resp: RawResponse) -> str:
     return orjson.loads(resp.body)["error"]["code"]
 
 
-async def scrape(node: Node) -> str:
+async def scrape(node: Gateway) -> str:
     return await scrape_port(node.metrics_port)
 
 
@@ -199,7 +166,7 @@ def label_names(text: str, name: str) -> list[set[str]]:
 async def test_push_disabled_is_403(
     nursery: trio.Nursery, mock: MockUpstream, env: dict[str, str]
 ) -> None:
-    node = await start(nursery, upstream_env(mock, **env))
+    node = await start_gateway(nursery, upstream_env(mock, **env))
     resp = await push(node, encode(export(delta_sum("gen_ai.client.token.usage", 1)), PROTOBUF))
     assert resp.status == 403
     assert error_code(resp) == "metrics_push_disabled"
@@ -209,26 +176,26 @@ async def test_push_disabled_is_403(
     "content_type",
     ["text/plain", "application/protobuf", "application/x-protobuf2", "application/xml", ""],
 )
-async def test_wrong_content_type_is_415(node: Node, content_type: str) -> None:
+async def test_wrong_content_type_is_415(node: Gateway, content_type: str) -> None:
     resp = await push(node, encode(export(), PROTOBUF), content_type)
     assert resp.status == 415
     assert error_code(resp) == "unsupported_media_type"
 
 
-async def test_content_type_parameters_are_allowed(node: Node) -> None:
+async def test_content_type_parameters_are_allowed(node: Gateway) -> None:
     body = encode(export(delta_sum("gen_ai.client.token.usage", 3)), JSON)
     resp = await push(node, body, "Application/JSON; charset=utf-8")
     assert resp.status == 200
     assert orjson.loads(resp.body) == {}
 
 
-async def test_unknown_content_encoding_is_415(node: Node) -> None:
+async def test_unknown_content_encoding_is_415(node: Gateway) -> None:
     headers = [("content-type", PROTOBUF), ("content-encoding", "br")]
     resp = await request(node.port, "POST", "/v1/metrics", b"", headers)
     assert resp.status == 415
 
 
-async def test_only_post(node: Node) -> None:
+async def test_only_post(node: Gateway) -> None:
     resp = await request(node.port, "GET", "/v1/metrics")
     assert resp.status == 405
 
@@ -237,7 +204,7 @@ async def test_only_post(node: Node) -> None:
 
 
 @pytest.mark.parametrize("kind", [PROTOBUF, JSON])
-async def test_accepted_payload_answers_in_its_encoding(node: Node, kind: str) -> None:
+async def test_accepted_payload_answers_in_its_encoding(node: Gateway, kind: str) -> None:
     req = export(
         delta_sum("gen_ai.client.token.usage", 10, 20, gen_ai__token__type="input"),
         histogram("gen_ai.server.request.duration", [1, 2, 0], [0.5, 1.0], 1.75),
@@ -249,7 +216,7 @@ async def test_accepted_payload_answers_in_its_encoding(node: Node, kind: str) -
 
 
 @pytest.mark.parametrize("kind", [PROTOBUF, JSON])
-async def test_partial_success_counts_rejected_points(node: Node, kind: str) -> None:
+async def test_partial_success_counts_rejected_points(node: Gateway, kind: str) -> None:
     req = export(
         delta_sum("gen_ai.client.token.usage", 5),  # accepted
         delta_sum("my.custom.metric", 1, 2),  # unsupported name: 2 points
@@ -268,7 +235,7 @@ async def test_partial_success_counts_rejected_points(node: Node, kind: str) -> 
     ]
 
 
-async def test_cumulative_sum_is_rejected(node: Node) -> None:
+async def test_cumulative_sum_is_rejected(node: Gateway) -> None:
     req = export(delta_sum("gen_ai.client.token.usage", 1, 2, 3, temporality=CUMULATIVE))
     reply = parse_response(await push(node, encode(req, PROTOBUF)), PROTOBUF)
     assert reply.partial_success.rejected_data_points == 3
@@ -279,7 +246,7 @@ async def test_cumulative_sum_is_rejected(node: Node) -> None:
 
 
 @pytest.mark.parametrize("kind", [PROTOBUF, JSON])
-async def test_gzip_body(node: Node, kind: str) -> None:
+async def test_gzip_body(node: Gateway, kind: str) -> None:
     req = export(delta_sum("gen_ai.client.token.usage", 7, gen_ai__token__type="output"))
     resp = await push(node, gzip.compress(encode(req, kind)), kind, gzipped=True)
     assert not parse_response(resp, kind).HasField("partial_success")
@@ -287,7 +254,7 @@ async def test_gzip_body(node: Node, kind: str) -> None:
     assert sample(text, "gen_ai_client_token_usage_count", gen_ai_token_type="output") == 1
 
 
-async def test_concatenated_gzip_members(node: Node) -> None:
+async def test_concatenated_gzip_members(node: Gateway) -> None:
     # Two requests' bytes back to back are one request with both resources.
     first = encode(export(delta_sum("gen_ai.client.token.usage", 1), service="a"), PROTOBUF)
     second = encode(export(delta_sum("gen_ai.client.token.usage", 2), service="b"), PROTOBUF)
@@ -301,7 +268,7 @@ async def test_concatenated_gzip_members(node: Node) -> None:
 
 
 @pytest.mark.parametrize("decoded_mib", [5, 80], ids=["inline", "in-thread"])
-async def test_gzip_bomb_is_413(node: Node, decoded_mib: int) -> None:
+async def test_gzip_bomb_is_413(node: Gateway, decoded_mib: int) -> None:
     bomb = gzip.compress(bytes(decoded_mib * MiB), compresslevel=9)
     assert len(bomb) < decoded_mib * MiB // 500
     resp = await push(node, bomb, gzipped=True)
@@ -310,21 +277,21 @@ async def test_gzip_bomb_is_413(node: Node, decoded_mib: int) -> None:
     assert (error["code"], error["message"]) == ("payload_too_large", "Payload exceeds 4 MiB limit")
 
 
-async def test_exactly_4_mib_decoded_is_not_413(node: Node) -> None:
+async def test_exactly_4_mib_decoded_is_not_413(node: Gateway) -> None:
     # 4 MiB of zeros is not protobuf (field number 0): past the cap, the decoder says 400.
     resp = await push(node, gzip.compress(bytes(4 * MiB)), gzipped=True)
     assert resp.status == 400
 
 
 @pytest.mark.parametrize("cut", [1, 8, 30])
-async def test_truncated_gzip_is_400(node: Node, cut: int) -> None:
+async def test_truncated_gzip_is_400(node: Gateway, cut: int) -> None:
     body = gzip.compress(encode(export(delta_sum("gen_ai.client.token.usage", 1)), PROTOBUF))
     resp = await push(node, body[:-cut], gzipped=True)
     assert resp.status == 400
     assert error_code(resp) == "invalid_request"
 
 
-async def test_not_gzip_is_400(node: Node) -> None:
+async def test_not_gzip_is_400(node: Gateway) -> None:
     resp = await push(node, encode(export(), PROTOBUF), gzipped=True)
     assert resp.status == 400
 
@@ -347,7 +314,7 @@ async def test_not_gzip_is_400(node: Node) -> None:
         ),
     ],
 )
-async def test_undecodable_payload_is_400(node: Node, kind: str, body: bytes) -> None:
+async def test_undecodable_payload_is_400(node: Gateway, kind: str, body: bytes) -> None:
     resp = await push(node, body, kind)
     assert resp.status == 400
     error = orjson.loads(resp.body)["error"]
@@ -355,7 +322,9 @@ async def test_undecodable_payload_is_400(node: Node, kind: str, body: bytes) ->
 
 
 async def test_body_over_the_server_cap_is_413(nursery: trio.Nursery, mock: MockUpstream) -> None:
-    node = await start(nursery, upstream_env(mock, SERVER_MAX_REQUEST_BODY_SIZE="2048", **ENABLED))
+    node = await start_gateway(
+        nursery, upstream_env(mock, SERVER_MAX_REQUEST_BODY_SIZE="2048", **ENABLED)
+    )
     resp = await push(node, bytes(4096))
     assert resp.status == 413
     assert error_code(resp) == "payload_too_large"
@@ -364,7 +333,7 @@ async def test_body_over_the_server_cap_is_413(nursery: trio.Nursery, mock: Mock
 # --- what reaches /metrics --------------------------------------------------------------------
 
 
-async def test_pushed_points_reach_metrics(node: Node) -> None:
+async def test_pushed_points_reach_metrics(node: Gateway) -> None:
     req = export(
         delta_sum(
             "gen_ai.client.token.usage",
@@ -411,7 +380,7 @@ async def test_pushed_points_reach_metrics(node: Node) -> None:
     assert sample(text, name + "_bucket", le="1.28", **op) == 6
 
 
-async def test_histogram_replay_is_capped(node: Node) -> None:
+async def test_histogram_replay_is_capped(node: Gateway) -> None:
     req = export(histogram("gen_ai.execute_tool.duration", [20_000], [], 40_000.0))
     parse_response(await push(node, encode(req, PROTOBUF)), PROTOBUF)
     text = await scrape(node)
@@ -421,7 +390,7 @@ async def test_histogram_replay_is_capped(node: Node) -> None:
     assert sample(text, name + "_sum") == 2.0 * MAX_REPLAY_OBSERVATIONS
 
 
-async def test_malformed_histogram_points_are_rejected(node: Node) -> None:
+async def test_malformed_histogram_points_are_rejected(node: Gateway) -> None:
     bad = histogram("gen_ai.server.time_to_first_token", [1, 1], [0.5, 1.0], 1.0)  # 2 != 3
     nan = histogram("gen_ai.server.time_to_first_token", [1, 1], [math.nan], 1.0)
     negative = delta_sum("gen_ai.client.token.usage", -4)
@@ -441,7 +410,7 @@ async def test_malformed_histogram_points_are_rejected(node: Node) -> None:
     ],
 )
 async def test_source_label(
-    node: Node, point_source: str, service: str | None, expected: str
+    node: Gateway, point_source: str, service: str | None, expected: str
 ) -> None:
     extra = {"source": point_source} if point_source else {}
     req = export(delta_sum("gen_ai.client.token.usage", 1, **extra), service=service)
@@ -451,7 +420,7 @@ async def test_source_label(
     assert sample(text, "gen_ai_client_token_usage_count", source="gateway") is None
 
 
-async def test_gateway_traffic_reaches_metrics(node: Node) -> None:
+async def test_gateway_traffic_reaches_metrics(node: Gateway) -> None:
     body = orjson.dumps(
         {
             "model": "openai/mock-small",
@@ -471,7 +440,7 @@ async def test_gateway_traffic_reaches_metrics(node: Node) -> None:
     assert sample(text, tokens, gen_ai_token_type="input", **gw) == 3
 
 
-async def test_metrics_server_routes(node: Node) -> None:
+async def test_metrics_server_routes(node: Gateway) -> None:
     assert (await request(node.metrics_port, "GET", "/other")).status == 404
     assert (await request(node.metrics_port, "POST", "/metrics", b"x")).status == 405
     head = await request(node.metrics_port, "HEAD", "/metrics")
@@ -481,14 +450,14 @@ async def test_metrics_server_routes(node: Node) -> None:
     assert "# TYPE inference_gateway_tool_calls_total counter" in text
 
 
-async def test_metrics_gzipped_when_asked(node: Node) -> None:
+async def test_metrics_gzipped_when_asked(node: Gateway) -> None:
     headers = [("accept-encoding", "gzip, deflate")]
     resp = await request(node.metrics_port, "GET", "/metrics", b"", headers)
     assert resp.headers[b"content-encoding"] == b"gzip"
     assert gzip.decompress(resp.body).decode() == await scrape(node)
 
 
-async def test_metrics_server_keeps_connections_alive(node: Node) -> None:
+async def test_metrics_server_keeps_connections_alive(node: Gateway) -> None:
     stream = await trio.open_tcp_stream("127.0.0.1", node.metrics_port)
     async with stream:
         req = b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n"
@@ -500,18 +469,32 @@ async def test_metrics_server_keeps_connections_alive(node: Node) -> None:
             received += chunk
 
 
-# --- Telemetry without a server ------------------------------------------------------------
+# --- Telemetry without a gateway: recorded by the test, read from its scrape server --------------
 
 
-def telemetry(**kw: int) -> Telemetry:
-    return Telemetry(Settings(telemetry_enabled=True), **kw)
+def telemetry(*, enabled: bool = True, **kw: int) -> Telemetry:
+    return Telemetry(Settings(telemetry_enabled=enabled, telemetry_metrics_port=0), **kw)
 
 
-def exposition(t: Telemetry) -> str:
-    return t.exposition()[0].decode()
+async def scrape_telemetry(nursery: trio.Nursery, t: Telemetry) -> str:
+    """What a scrape of `t` reads: its own scrape server, started on a free loopback port."""
+    return await scrape_port(await nursery.start(t.serve_metrics))
 
 
-def test_record_generation() -> None:
+def record(t: Telemetry, model: str, duration_s: float = 0.5) -> None:
+    """One successful request without TTFT, usage or tool calls."""
+    t.record_generation(
+        provider="openai",
+        model=model,
+        status=200,
+        duration_s=duration_s,
+        ttft_s=None,
+        usage=None,
+        tool_calls=[],
+    )
+
+
+async def test_record_generation(nursery: trio.Nursery) -> None:
     t = telemetry()
     common = {"provider": "openai", "duration_s": 0.3, "tool_calls": []}
     t.record_generation(
@@ -531,7 +514,7 @@ def test_record_generation() -> None:
         duration_s=0.1,
         tool_calls=["search", "search"],
     )
-    text = exposition(t)
+    text = await scrape_telemetry(nursery, t)
     gw = {"source": "gateway", "gen_ai_request_model": "gpt-4o"}
     duration = "gen_ai_server_request_duration_seconds_count"
     assert sample(text, duration, **gw, error_type="502") == 1
@@ -544,33 +527,19 @@ def test_record_generation() -> None:
     assert sample(text, "inference_gateway_tool_calls_total", **calls) == 2
 
 
-def test_record_generation_is_off_without_telemetry() -> None:
-    t = Telemetry(Settings())
-    t.record_generation(
-        provider="openai",
-        model="m",
-        status=200,
-        duration_s=1,
-        ttft_s=None,
-        usage=None,
-        tool_calls=[],
-    )
-    assert "gen_ai_server_request_duration_seconds_count" not in exposition(t)
+async def test_record_generation_is_off_without_telemetry(nursery: trio.Nursery) -> None:
+    t = telemetry(enabled=False)
+    record(t, "m", duration_s=1)
+    text = await scrape_telemetry(nursery, t)
+    assert "# TYPE gen_ai_server_request_duration_seconds histogram" in text  # a real scrape
+    assert "gen_ai_server_request_duration_seconds_count" not in text
 
 
-def test_label_cardinality_is_bounded() -> None:
+async def test_label_cardinality_is_bounded(nursery: trio.Nursery) -> None:
     t = telemetry(max_series=3)
     for i in range(10):
-        t.record_generation(
-            provider="openai",
-            model=f"model-{i}",
-            status=200,
-            duration_s=0.5,
-            ttft_s=None,
-            usage=None,
-            tool_calls=[],
-        )
-    text = exposition(t)
+        record(t, f"model-{i}")
+    text = await scrape_telemetry(nursery, t)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     counts = [
         s
@@ -591,18 +560,11 @@ def test_label_cardinality_is_bounded() -> None:
     )
 
 
-def test_long_label_values_are_cut() -> None:
+async def test_long_label_values_are_cut(nursery: trio.Nursery) -> None:
     t = telemetry()
-    t.record_generation(
-        provider="openai",
-        model="m" * 10_000,
-        status=200,
-        duration_s=0.5,
-        ttft_s=None,
-        usage=None,
-        tool_calls=[],
-    )
-    assert "m" * 257 not in exposition(t) and "m" * 256 in exposition(t)
+    record(t, "m" * 10_000)
+    text = await scrape_telemetry(nursery, t)
+    assert "m" * 257 not in text and "m" * 256 in text
 
 
 # --- decoders agree, and never fail another way ----------------------------------------------

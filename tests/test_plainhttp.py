@@ -4,22 +4,12 @@ client going away are driven through the mock upstream in test_mock.py."""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-
 import pytest
 import trio
 
 from edgegw import plainhttp
 
 from .rawhttp import request
-
-
-@pytest.fixture(autouse=True)
-def _collect_leaks() -> Iterator[None]:
-    # As conftest does for the socket modules: a leaked socket fails the test that leaked.
-    yield
-    gc.collect()
 
 
 async def echo(req: plainhttp.Request, out: plainhttp.Responder) -> None:

@@ -81,14 +81,15 @@ _SUB_BITS = 7  # 128 buckets per power of two above 256 µs: each under 0.8 % wi
 _EXACT = 2 << _SUB_BITS  # below 256 µs every microsecond has its own bucket
 
 
-def _bucket(us: int) -> int:
+def bucket_index(us: int) -> int:
+    """The histogram bucket that a duration of `us` whole microseconds falls in."""
     if us < _EXACT:
         return us
     shift = us.bit_length() - _SUB_BITS - 1
     return (shift << _SUB_BITS) + (us >> shift)
 
 
-def _bounds(index: int) -> tuple[int, int]:
+def bucket_bounds(index: int) -> tuple[int, int]:
     """The lowest and highest microsecond value of a bucket."""
     if index < _EXACT:
         return index, index
@@ -105,7 +106,7 @@ class Histogram:
     __slots__ = ("counts", "total", "sum_us", "min_us", "max_us")
 
     def __init__(self) -> None:
-        self.counts = [0] * (_bucket(MAX_US) + 1)
+        self.counts = [0] * (bucket_index(MAX_US) + 1)
         self.total = 0
         self.sum_us = 0
         self.min_us = MAX_US
@@ -117,7 +118,7 @@ class Histogram:
             us = 0
         elif us > MAX_US:
             us = MAX_US
-        self.counts[us if us < _EXACT else _bucket(us)] += 1
+        self.counts[us if us < _EXACT else bucket_index(us)] += 1
         self.total += 1
         self.sum_us += us
         if us < self.min_us:
@@ -136,7 +137,7 @@ class Histogram:
         for index, count in enumerate(self.counts):
             seen += count
             if seen >= rank:
-                low, high = _bounds(index)
+                low, high = bucket_bounds(index)
                 return min(max((low + high) / 2, self.min_us), self.max_us)
         return float(self.max_us)  # unreachable: the counts sum to total
 
@@ -156,7 +157,7 @@ class Histogram:
 
     def buckets(self) -> list[list[int]]:
         """[lowest µs of the bucket, count] for every bucket in use, ascending."""
-        return [[_bounds(i)[0], c] for i, c in enumerate(self.counts) if c]
+        return [[bucket_bounds(i)[0], c] for i, c in enumerate(self.counts) if c]
 
 
 @dataclass
