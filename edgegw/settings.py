@@ -47,6 +47,8 @@ class Settings:
     port: int = 8080
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     default_max_tokens: int = DEFAULT_MAX_TOKENS
+    # SIE_GATEWAY_GPU_ALIASES: X-SIE-MACHINE-PROFILE alias -> the workers' machine_profile.
+    gpu_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Client keys for edgegw itself; empty means no client auth.
     api_keys: tuple[bytes, ...] = field(default=(), repr=False)
     # Where some of them came from: EDGEGW_API_KEYS_FILE (re-read when it changes, see
@@ -246,6 +248,23 @@ def _read_config_file(path: Path) -> tuple[dict[str, str], dict[str, object]]:
     return out, structured
 
 
+_PROFILE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+def _gpu_aliases(value: str) -> Mapping[str, str]:
+    """`l4=l4-spot,a100=a100-80gb`: each alias and profile a machine-profile name."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        alias, sep, profile = (part.strip() for part in item.partition("="))
+        if not sep or not _PROFILE_NAME.match(alias) or not _PROFILE_NAME.match(profile):
+            raise SettingsError(
+                "SIE_GATEWAY_GPU_ALIASES: expected alias=profile pairs separated by commas "
+                "(names of A-Z a-z 0-9 . _ -)"
+            )
+        out[alias] = profile
+    return MappingProxyType(out)
+
+
 def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     kw: dict[str, object] = {}
     if v := env.get("SERVER_HOST"):
@@ -263,6 +282,8 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
                 "SIE_GATEWAY_DEFAULT_MAX_TOKENS is not an integer in [1, 2^32-1]; using %d",
                 DEFAULT_MAX_TOKENS,
             )
+    if v := env.get("SIE_GATEWAY_GPU_ALIASES"):
+        kw["gpu_aliases"] = _gpu_aliases(v)
     for var, attr in (
         ("UPSTREAM_CONNECT_TIMEOUT", "connect_timeout_s"),
         ("UPSTREAM_FIRST_BYTE_TIMEOUT", "first_byte_timeout_s"),

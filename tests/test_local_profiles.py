@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgegw.local.profiles import DEFAULT_TRIGGERS, ProfileError, parse_profile
-from edgegw.settings import Settings
+from edgegw.settings import Settings, SettingsError
 
 WORKER = [{"url": "http://127.0.0.1:30000"}]
 
@@ -57,3 +57,11 @@ def test_unparsable_default_max_tokens_falls_back_to_1024(
     assert settings.default_max_tokens == 1024
     assert any("SIE_GATEWAY_DEFAULT_MAX_TOKENS" in r.getMessage() for r in caplog.records)
     assert Settings.load(environ={"SIE_GATEWAY_DEFAULT_MAX_TOKENS": "64"}).default_max_tokens == 64
+
+
+def test_gpu_aliases() -> None:
+    s = Settings.load(environ={"SIE_GATEWAY_GPU_ALIASES": "l4=l4-spot, a100=a100-80gb"})
+    assert dict(s.gpu_aliases) == {"l4": "l4-spot", "a100": "a100-80gb"}
+    for bad in ("l4", "l4=", "l4=a/b", "=x"):
+        with pytest.raises(SettingsError, match="^SIE_GATEWAY_GPU_ALIASES"):
+            Settings.load(environ={"SIE_GATEWAY_GPU_ALIASES": bad})

@@ -15,7 +15,10 @@ In order:
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -24,12 +27,15 @@ from edgegw._core import ParsedRequest
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, fail
 from edgegw.local.fleet import LocalRuntime
+from edgegw.local.sglang import GATEWAY_VERSION
 
 log = logging.getLogger("edgegw.local")
 
 MAX_IMAGES = 16
-SDK_MIN_VERSION = (0, 1)
+# SIE: the skew warnings remember at most this many minor versions.
 SDK_LOG_LIMIT = 1024
+# SIE's pool and profile names: refused, never mangled.
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +61,15 @@ def check_request(
     default_max_tokens: int,
     sdk_versions: SdkVersionLog,
     forbid_remote: bool,
+    gpu_aliases: Mapping[str, str] = MappingProxyType({}),
 ) -> LocalRequest:
     """`forbid_remote` is what `remote_forbidden(call)` said (the route reads the header
     first, for every target)."""
     chat = req.endpoint == "chat"
     pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
-    machine = _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE")
+    pool, machine = machine_profile(
+        _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE"), pool, gpu_aliases
+    )
     sdk_versions.note(_one_header(call, b"x-sie-sdk-version", "X-SIE-SDK-Version"))
     # Fields of the SIE contract SGLang does not take (the Rust tables say which).
     for name in req.local_unsupported:
@@ -111,6 +120,29 @@ def remote_target_forbidden() -> GatewayError:
     )
 
 
+def machine_profile(
+    value: str | None, pool: str | None, aliases: Mapping[str, str]
+) -> tuple[str | None, str | None]:
+    """(pool, machine profile) from `X-SIE-MACHINE-PROFILE`: a profile (`l4`) or
+    `pool/profile` (`eval-bench/l4`), the profile through SIE_GATEWAY_GPU_ALIASES."""
+    if value is None:
+        return pool, None
+    header_pool, sep, profile = value.rpartition("/")
+    if sep:
+        if not _NAME.match(header_pool) or (pool is not None and pool != header_pool):
+            raise fail(
+                "invalid_request",
+                "X-SIE-MACHINE-PROFILE names a pool that is not valid here",
+                param="X-SIE-MACHINE-PROFILE",
+            )
+        pool = header_pool
+    if not _NAME.match(profile):
+        raise fail(
+            "invalid_request", "invalid X-SIE-MACHINE-PROFILE", param="X-SIE-MACHINE-PROFILE"
+        )
+    return pool, aliases.get(profile, profile)
+
+
 def _one_header(call: Call, name: bytes, label: str) -> str | None:
     values = call.header_values(name)
     if not values:
@@ -125,22 +157,33 @@ def _one_header(call: Call, name: bytes, label: str) -> str | None:
 
 
 class SdkVersionLog:
-    """Logs each too-old X-SIE-SDK-Version once; remembers at most SDK_LOG_LIMIT versions."""
+    """X-SIE-SDK-Version, for skew warnings only (as SIE): an SDK whose major.minor differs
+    from the gateway's is logged once per minor version; at most SDK_LOG_LIMIT remembered."""
 
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
+    def __init__(self, gateway_version: str = GATEWAY_VERSION) -> None:
+        self.gateway = _minor(gateway_version)
+        self.seen: set[tuple[int, int]] = set()
 
     def note(self, version: str | None) -> None:
-        if version is None or version in self.seen or len(self.seen) >= SDK_LOG_LIMIT:
+        if version is None or self.gateway is None:
             return
-        parts = version.split(".")[:2]
-        try:
-            numbers = tuple(int(p) for p in parts)
-        except ValueError:
+        minor = _minor(version)
+        if minor is None or minor == self.gateway or minor in self.seen:
             return
-        if numbers < SDK_MIN_VERSION:
-            self.seen.add(version)
-            log.warning("client SDK version %s is older than the supported range", version[:32])
+        if len(self.seen) >= SDK_LOG_LIMIT:
+            return
+        self.seen.add(minor)
+        log.warning(
+            "client SDK version %s differs from the gateway's %d.%d (version skew)",
+            version[:32],
+            *self.gateway,
+        )
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    """(major, minor) of `1.2.3`, `v1.2`, `1.2.0rc1`; None when it is not a version."""
+    m = re.match(r"^v?(\d{1,6})\.(\d{1,6})", version.strip())
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def _check_images(doc: dict[str, Any], rt: LocalRuntime) -> list[str]:

@@ -69,6 +69,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 default_max_tokens=gw.settings.default_max_tokens,
                 sdk_versions=gw.sdk_versions,
                 forbid_remote=forbid,
+                gpu_aliases=gw.settings.gpu_aliases,
             )
             served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
             if isinstance(served, local.NoLocalWorker):

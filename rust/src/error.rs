@@ -164,6 +164,9 @@ pub enum HeadFault {
     BadContentLength,
     /// Transfer-Encoding not one field of exactly `chunked`, or in an HTTP/1.0 request.
     BadTransferEncoding,
+    /// One Transfer-Encoding field in HTTP/1.1 naming one coding other than `chunked`
+    /// (RFC 9112 §6.1: a server that does not understand a coding answers 501).
+    UnsupportedTransferCoding,
     /// An HTTP/1.1 request without Host.
     MissingHost,
     /// More than one Host field.
@@ -174,6 +177,7 @@ impl HeadFault {
     pub fn status(&self) -> u16 {
         match self {
             HeadFault::TooLarge { .. } | HeadFault::TooManyHeaders { .. } => 431,
+            HeadFault::UnsupportedTransferCoding => 501,
             HeadFault::Incomplete
             | HeadFault::BadLineEnding
             | HeadFault::BadRequestLine
@@ -201,6 +205,7 @@ impl HeadFault {
             HeadFault::ConflictingFraming => "conflicting_framing",
             HeadFault::BadContentLength => "bad_content_length",
             HeadFault::BadTransferEncoding => "bad_transfer_encoding",
+            HeadFault::UnsupportedTransferCoding => "not_implemented",
             HeadFault::MissingHost => "missing_host",
             HeadFault::DuplicateHost => "duplicate_host",
         }
@@ -224,6 +229,9 @@ impl HeadFault {
             HeadFault::BadContentLength => "Content-Length must be one decimal number".into(),
             HeadFault::BadTransferEncoding => {
                 "Transfer-Encoding must be one field of exactly 'chunked', in HTTP/1.1".into()
+            }
+            HeadFault::UnsupportedTransferCoding => {
+                "only Transfer-Encoding: chunked is supported".into()
             }
             HeadFault::MissingHost => "an HTTP/1.1 request needs a Host header".into(),
             HeadFault::DuplicateHost => "more than one Host header".into(),

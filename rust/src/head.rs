@@ -265,6 +265,9 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
     let chunked = match encodings {
         0 => false,
         1 if http11 && encoding.eq_ignore_ascii_case(b"chunked") => true,
+        // One coding name edgegw does not implement (`gzip`): 501. A list, parameters or
+        // anything else that is not one token stays a 400: that is where smuggling hides.
+        1 if http11 && is_token(encoding) => return Err(HeadFault::UnsupportedTransferCoding),
         _ => return Err(HeadFault::BadTransferEncoding),
     };
     match hosts {
