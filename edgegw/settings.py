@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from edgegw.envcheck import refusals
 from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
-from edgegw.local.profiles import LocalModel, ProfileError, load_local_models
+from edgegw.local.profiles import LocalModel, ProfileError, load_local_models, parse_gpu_aliases
 from edgegw.mcp.settings import McpSettings, McpSettingsError
 from edgegw.providers import PROVIDERS, ProviderConfig
 
@@ -248,23 +248,6 @@ def _read_config_file(path: Path) -> tuple[dict[str, str], dict[str, object]]:
     return out, structured
 
 
-_PROFILE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
-
-
-def _gpu_aliases(value: str) -> Mapping[str, str]:
-    """`l4=l4-spot,a100=a100-80gb`: each alias and profile a machine-profile name."""
-    out: dict[str, str] = {}
-    for item in value.split(","):
-        alias, sep, profile = (part.strip() for part in item.partition("="))
-        if not sep or not _PROFILE_NAME.match(alias) or not _PROFILE_NAME.match(profile):
-            raise SettingsError(
-                "SIE_GATEWAY_GPU_ALIASES: expected alias=profile pairs separated by commas "
-                "(names of A-Z a-z 0-9 . _ -)"
-            )
-        out[alias] = profile
-    return MappingProxyType(out)
-
-
 def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     kw: dict[str, object] = {}
     if v := env.get("SERVER_HOST"):
@@ -276,14 +259,15 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     if v := env.get("SIE_GATEWAY_DEFAULT_MAX_TOKENS"):
         try:
             kw["default_max_tokens"] = _int("SIE_GATEWAY_DEFAULT_MAX_TOKENS", v, 1, 2**32 - 1)
-        except SettingsError:
-            # SIE: an unparsable value falls back to the default, with a warning.
+        except SettingsError:  # SIE: an unparsable value falls back to the default
             logging.getLogger("edgegw.settings").warning(
-                "SIE_GATEWAY_DEFAULT_MAX_TOKENS is not an integer in [1, 2^32-1]; using %d",
-                DEFAULT_MAX_TOKENS,
+                "SIE_GATEWAY_DEFAULT_MAX_TOKENS is unparsable; using %d", DEFAULT_MAX_TOKENS
             )
     if v := env.get("SIE_GATEWAY_GPU_ALIASES"):
-        kw["gpu_aliases"] = _gpu_aliases(v)
+        try:
+            kw["gpu_aliases"] = parse_gpu_aliases(v)
+        except ProfileError as e:
+            raise SettingsError(f"SIE_GATEWAY_GPU_ALIASES: {e}") from None
     for var, attr in (
         ("UPSTREAM_CONNECT_TIMEOUT", "connect_timeout_s"),
         ("UPSTREAM_FIRST_BYTE_TIMEOUT", "first_byte_timeout_s"),

@@ -115,6 +115,20 @@ class LocalModel:
     triggers: frozenset[str] = DEFAULT_TRIGGERS
 
 
+def parse_gpu_aliases(value: str) -> Mapping[str, str]:
+    """SIE_GATEWAY_GPU_ALIASES, `l4=l4-spot,a100=a100-80gb`: X-SIE-MACHINE-PROFILE aliases
+    and the workers' machine_profile each stands for."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        alias, sep, profile = (part.strip() for part in item.partition("="))
+        if not sep or not _POOL.match(alias) or not _POOL.match(profile):
+            raise ProfileError(
+                "expected alias=profile pairs separated by commas (names of A-Z a-z 0-9 . _ -)"
+            )
+        out[alias] = profile
+    return MappingProxyType(out)
+
+
 def load_local_models(value: Any, base_dir: Path, source: str) -> tuple[LocalModel, ...]:
     """The `local_models` entry of a config file: a list of profiles, or a directory path."""
     if isinstance(value, str):
