@@ -4,14 +4,17 @@ process, the provider's key quoted back is scrubbed, bad framing does not break 
 
 from __future__ import annotations
 
+import gc
 import gzip
 import logging
+import os
+from collections.abc import Iterator
 
 import orjson
 import pytest
 import trio
 
-from .bad_upstream import BadUpstream, Script, chunk, response
+from .bad_upstream import HANG, BadUpstream, Script, chunk, response
 from .conftest import Gateway, start_gateway
 from .rawhttp import request, sse_data
 
@@ -28,6 +31,20 @@ ANSWER = orjson.dumps(
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 )
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(autouse=True)
+def fds_back_to_baseline() -> Iterator[None]:
+    """Whatever an upstream did, the gateway holds no socket of it afterwards."""
+    gc.collect()
+    before = open_fds()
+    yield
+    gc.collect()  # a leaked socket's ResourceWarning fails the test that leaked it
+    assert open_fds() <= before
 
 
 @pytest.fixture
@@ -222,3 +239,35 @@ async def test_the_key_in_a_stream_split_across_pieces_is_scrubbed(
     resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM)
     assert resp.status == 200
     assert KEY.encode() not in resp.body and b"[redacted]" in resp.body
+
+
+async def test_endless_response_headers_are_cut(nursery: trio.Nursery, bad: BadUpstream) -> None:
+    gw = await gateway_for(nursery, bad)
+    header = b"x-filler: " + b"y" * 1000 + b"\r\n"
+    bad.script = Script([(0, b"HTTP/1.1 200 OK\r\n")] + [(0, header)] * 200, end=HANG)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 502
+    assert orjson.loads(resp.body)["error"]["code"] == "bad_upstream_response"
+    assert (await request(gw.port, "GET", "/health")).status == 200
+
+
+async def test_a_blackhole_upstream_times_out(nursery: trio.Nursery, bad: BadUpstream) -> None:
+    gw = await gateway_for(nursery, bad, UPSTREAM_FIRST_BYTE_TIMEOUT="300ms")
+    bad.script = Script([], end=HANG)  # reads the request, never answers
+    for body in (CHAT, STREAM):
+        resp = await request(gw.port, "POST", "/v1/chat/completions", body)
+        assert resp.status == 504
+        assert orjson.loads(resp.body)["error"]["code"] == "upstream_timeout"
+    assert (await request(gw.port, "GET", "/health")).status == 200
+
+
+async def test_a_reset_at_byte_n_of_a_whole_answer_is_a_502(
+    nursery: trio.Nursery, bad: BadUpstream
+) -> None:
+    gw = await gateway_for(nursery, bad)
+    whole = json_answer(ANSWER)
+    for cut in (5, len(whole) // 2, len(whole) - 3):
+        bad.script = Script([(0, whole[:cut])], end="reset")
+        resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+        assert resp.status == 502, cut
+        assert KEY.encode() not in resp.body
