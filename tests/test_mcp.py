@@ -134,3 +134,22 @@ async def test_polling_refreshes_the_catalogue(nursery: trio.Nursery) -> None:
     assert "mcp_extra" not in {t["name"] for t in (await tool_list(gw.port))["data"]}
     tools.add_extra()  # no notification: only a poll can see it
     await wait_for_tool(gw.port, "mcp_extra")
+
+
+async def test_a_server_that_never_answers_does_not_hold_the_start(nursery: trio.Nursery) -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    held: list[trio.SocketStream] = []
+
+    async def accept_and_stay_silent(stream: trio.SocketStream) -> None:
+        async with stream:
+            held.append(stream)
+            await trio.sleep_forever()
+
+    await nursery.start(trio.serve_listeners, accept_and_stay_silent, listeners)
+    gw = await start_gateway(
+        nursery,
+        mcp_env(f"http://127.0.0.1:{port}/mcp", MCP_REQUEST_TIMEOUT="1s"),
+    )
+    assert (await tool_list(gw.port))["data"] == []
+    assert held  # it was tried

@@ -67,7 +67,10 @@ async def run(
             raise fail("bad_upstream_response", "the upstream's answer is not a JSON object")
         agent.count(doc.get("usage"))
         choices = doc.get("choices") or [{}]
-        message = choices[0].get("message") or {}
+        choice = choices[0] if isinstance(choices[0], dict) else {}
+        message = choice.get("message") or {}
+        if not isinstance(message, dict):
+            raise fail("bad_upstream_response", "the upstream's answer has no message")
         mine, theirs = agent.split(message)
         outcome.tool_calls += [tc["function"]["name"] for tc in (*mine, *theirs)]
         if mine and not theirs:

@@ -142,26 +142,38 @@ class McpClient:
             await trio.sleep(delay)
 
     async def _serve(self, server: _Server, first: trio.Event) -> None:
-        """Connect, list, then keep the catalogue fresh until the connection fails."""
+        """Connect, list, then keep the catalogue fresh until the connection fails. The
+        connection (either transport) and the first listing are bounded together by
+        MCP_REQUEST_TIMEOUT, and so is the closing of a failed connection."""
         s = self.settings
-        async with self._open(server) as session:
-            await self._refresh(server, session, s.request_timeout_s)
-            server.session = session
-            server.failures = 0
-            log.info(
-                "mcp server %s connected (%s): %d tool(s)",
-                server.url,
-                server.transport,
-                len(server.tools),
-            )
-            first.set()
-            while True:
-                with trio.move_on_after(s.polling_interval_s if s.polling_enabled else math.inf):
-                    await server.changed.wait()
-                server.changed = trio.Event()
-                await self._refresh(server, session, s.polling_timeout_s)
-                if not s.disable_healthcheck_logs:
-                    log.info("mcp server %s healthy: %d tool(s)", server.url, len(server.tools))
+        with trio.CancelScope(deadline=trio.current_time() + s.request_timeout_s) as bound:
+            try:
+                async with self._open(server) as session:
+                    await self._refresh(server, session, s.request_timeout_s)
+                    bound.deadline = math.inf
+                    server.session = session
+                    server.failures = 0
+                    log.info(
+                        "mcp server %s connected (%s): %d tool(s)",
+                        server.url,
+                        server.transport,
+                        len(server.tools),
+                    )
+                    first.set()
+                    while True:
+                        poll = s.polling_interval_s if s.polling_enabled else math.inf
+                        with trio.move_on_after(poll):
+                            await server.changed.wait()
+                        server.changed = trio.Event()
+                        await self._refresh(server, session, s.polling_timeout_s)
+                        if not s.disable_healthcheck_logs:
+                            log.info(
+                                "mcp server %s healthy: %d tool(s)", server.url, len(server.tools)
+                            )
+            finally:
+                bound.deadline = trio.current_time() + s.request_timeout_s
+        if bound.cancelled_caught:
+            raise trio.TooSlowError
 
     @asynccontextmanager
     async def _open(self, server: _Server) -> AsyncIterator[Client]:
