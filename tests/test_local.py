@@ -520,6 +520,56 @@ async def test_machine_profile_pool_and_gpu_aliases(nursery: trio.Nursery, tmp_p
     assert orjson.loads(resp.body)["error"]["param"] == "X-SIE-MACHINE-PROFILE"
 
 
+TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+
+
+async def test_capabilities_gate_tools_and_grammars_and_stop_tokens_are_added(
+    nursery: trio.Nursery, tmp_path: Path, worker: FakeSGLang
+) -> None:
+    text = profile_yaml(
+        [(worker.port, "default", None)],
+        capabilities="{tools: false, grammar: [json_schema]}",
+        stop_tokens='["<|im_end|>", "END"]',
+    )
+    gw = await local_gateway(nursery, tmp_path, text)
+    before = len(generations(worker))
+    for extra, param in (
+        ({"tools": [TOOL]}, "tools"),
+        ({"response_format": {"type": "regex", "regex": "[a-z]+"}}, "response_format.type"),
+        ({"response_format": {"type": "grammar", "grammar": "root ::= x"}}, "response_format.type"),
+    ):
+        resp = await post(gw, {**CHAT, **extra})
+        err = orjson.loads(resp.body)["error"]
+        assert (resp.status, err["code"], err["param"]) == (400, "unsupported_field", param)
+    assert len(generations(worker)) == before
+    resp = await post(gw, {**CHAT, "response_format": {"type": "json_object"}, "stop": "END"})
+    assert resp.status == 200, resp.body
+    assert generations(worker)[-1]["stop"] == ["END", "<|im_end|>"]
+    resp = await post(gw, {"model": "qwen3-8b", "prompt": "x"}, path="/v1/completions")
+    sent = [r.body for r in worker.requests if r.path == "/v1/completions"][-1]
+    assert sent["stop"] == ["<|im_end|>", "END"]
+
+
+async def test_named_profiles(
+    nursery: trio.Nursery, tmp_path: Path, mock: MockUpstream, worker: FakeSGLang
+) -> None:
+    text = profile_yaml(
+        [(worker.port, "default", None)],
+        remote_fallback="openai/gpt-4o-mini",
+        profiles="{local: h100, remote: cloud}",
+    )
+    gw = await local_gateway(nursery, tmp_path, text, upstream_env(mock))
+    resp = await post(gw, {**CHAT, "model": "qwen3-8b:h100"})
+    assert resp.status == 200 and resp.headers[b"x-sie-served-by"] == b"local"
+    resp = await post(gw, {**CHAT, "model": "qwen3-8b:cloud"})
+    assert resp.status == 200 and resp.headers[b"x-sie-served-by"] == b"remote"
+    assert b"x-sie-fallback-reason" not in resp.headers
+    assert orjson.loads(mock.requests[-1].body)["model"] == "gpt-4o-mini"
+    resp = await post(gw, {**CHAT, "model": "qwen3-8b:a100"})
+    err = orjson.loads(resp.body)["error"]
+    assert (resp.status, err["code"], err["param"]) == (404, "model_not_found", "model")
+
+
 async def test_completions_for_local_models(gw: Gateway, worker: FakeSGLang) -> None:
     resp = await post(gw, {"model": "qwen3-8b", "prompt": "Once upon"}, path="/v1/completions")
     assert resp.status == 200, resp.body

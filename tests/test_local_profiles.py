@@ -65,3 +65,50 @@ def test_gpu_aliases() -> None:
     for bad in ("l4", "l4=", "l4=a/b", "=x"):
         with pytest.raises(SettingsError, match="^SIE_GATEWAY_GPU_ALIASES"):
             Settings.load(environ={"SIE_GATEWAY_GPU_ALIASES": bad})
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ({"profiles": {"local": "a", "remote": "a"}}, "profiles: "),
+        ({"profiles": {"gpu": "a"}}, "profiles: "),
+        ({"profiles": {"local": "a/b"}}, "profiles: "),
+        ({"capabilities": {"tools": "yes"}}, "capabilities.tools: "),
+        ({"capabilities": {"grammar": ["lark"]}}, "capabilities.grammar: "),
+        ({"capabilities": {"vision": True}}, "capabilities: "),
+        ({"stop_tokens": "END"}, "stop_tokens: "),
+        ({"stop_tokens": [""]}, "stop_tokens: "),
+    ],
+)
+def test_bad_profile_names_capabilities_stop_tokens(
+    tmp_path: Path, extra: dict[str, object], key: str
+) -> None:
+    with pytest.raises(ProfileError, match=f"model 'm1': {key}"):
+        parse_profile(profile(**extra), tmp_path, "cfg", 0)
+
+
+def test_profile_names_capabilities_stop_tokens(tmp_path: Path) -> None:
+    m = parse_profile(profile(), tmp_path, "cfg", 0)
+    assert (m.local_profile, m.remote_profile, m.tools, m.stop_tokens) == (
+        "local",
+        "remote",
+        True,
+        (),
+    )
+    assert m.grammars == {"json_schema", "regex", "ebnf"}
+    m = parse_profile(
+        profile(
+            profiles={"local": "h100"},
+            capabilities={"tools": False, "grammar": []},
+            stop_tokens=["<|im_end|>", "<|im_end|>"],
+        ),
+        tmp_path,
+        "cfg",
+        0,
+    )
+    assert (m.local_profile, m.tools, m.grammars, m.stop_tokens) == (
+        "h100",
+        False,
+        frozenset(),
+        ("<|im_end|>",),
+    )

@@ -9,9 +9,10 @@ edgegw/local/fleet.py):
   no_worker  no worker of the model has passed a health check since the gateway started;
   saturated  every healthy worker answers 503 (SGLang's full queue) or is at its bound;
   unhealthy  a worker that was healthy no longer answers.
-The fixtures' models: `bare` is the local profile's name (routing policy: the profile's
-`remote_fallback`), `remote_profile` the fallback named explicitly (`openai/gpt-4o-mini`),
-`remote_only` a model only a provider serves (`openai/gpt-4o`).
+The fixtures' models: `bare` is the local model's name (routing policy: the profile's
+`remote_fallback`), `local_profile` / `remote_profile` its profiles named (`qwen3-8b:local`,
+`qwen3-8b:remote`, or the fallback as `openai/gpt-4o-mini`), `remote_only` a model only a
+provider serves (`openai/gpt-4o`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,13 @@ TOPOLOGY = "gateway"
 BARE = "qwen3-8b"
 REMOTE_PROFILE = "openai/gpt-4o-mini"
 REMOTE_ONLY = "openai/gpt-4o"
-MODELS = {"bare": BARE, "remote_profile": REMOTE_PROFILE, "remote_only": REMOTE_ONLY}
+# Each fixture model and the names edgegw knows it by (`model:profile` and provider/model).
+MODELS = {
+    "bare": [BARE],
+    "local_profile": [f"{BARE}:local"],
+    "remote_profile": [f"{BARE}:remote", REMOTE_PROFILE],
+    "remote_only": [REMOTE_ONLY],
+}
 # The gateway's deadline for a remote attempt's first byte (unanswered_before_deadline).
 FIRST_BYTE_TIMEOUT_S = 0.5
 
@@ -207,14 +214,14 @@ async def test_remote_header_accepted(
     assert resp.headers[b"x-sie-served-by"] == b"local"
 
 
-@pytest.mark.parametrize("model", ["bare", "remote_profile", "remote_only"])
+@pytest.mark.parametrize("model", [m for names in MODELS.values() for m in names])
 @pytest.mark.parametrize("values", ROUTING["remote_header"]["refused"])
 async def test_remote_header_refused(
     nursery: trio.Nursery, tmp_path: Path, values: list[str], model: str
 ) -> None:
     refusal = ROUTING["remote_header"]["refusal"]
     s = await setup(nursery, tmp_path, "ready")
-    resp = await chat(s, MODELS[model], [("x-sie-remote", v) for v in values])
+    resp = await chat(s, model, [("x-sie-remote", v) for v in values])
     check_disclosure(resp)
     assert (resp.status, error_code(resp)) == (refusal["status"], refusal["code"])
     for v in values:
@@ -229,16 +236,32 @@ async def test_remote_header_refused(
 @pytest.mark.parametrize("vector", vectors("forbid"))
 async def test_forbid(nursery: trio.Nursery, tmp_path: Path, vector: dict[str, Any]) -> None:
     s = await setup(nursery, tmp_path, vector.get("local", "ready"))
-    resp = await chat(s, MODELS[vector["model"]], [("x-sie-remote", "forbid")])
-    check_disclosure(resp)
-    assert s.provider.requests == []
-    if "refusal" in vector:
-        refusal = vector["refusal"]
-        assert (resp.status, error_code(resp)) == (refusal["status"], refusal["code"])
-    else:
-        assert not vector["remote"]
-        assert fallback_headers(resp) == {}
-        assert resp.headers.get(b"x-sie-served-by") == b"local"
+    for model in MODELS[vector["model"]]:
+        resp = await chat(s, model, [("x-sie-remote", "forbid")])
+        check_disclosure(resp)
+        assert s.provider.requests == []
+        if "refusal" in vector:
+            refusal = vector["refusal"]
+            assert (resp.status, error_code(resp)) == (refusal["status"], refusal["code"])
+        else:
+            assert not vector["remote"]
+            check_not_remote(s, resp, vector["local"])
+
+
+# -- named_profile --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", vectors("named_profile"))
+async def test_named_profile(nursery: trio.Nursery, tmp_path: Path, vector: dict[str, Any]) -> None:
+    s = await setup(nursery, tmp_path, vector["local"])
+    # The `model:profile` form (provider/model is a plain remote target, test_forbid's).
+    for model in MODELS[vector["model"]][:1]:
+        resp = await chat(s, model)
+        check_disclosure(resp)
+        if vector["remote"]:
+            check_served_remotely(s, resp, vector["fallback_reason"])
+        else:
+            check_not_remote(s, resp, vector["local"])
 
 
 # -- bridge ---------------------------------------------------------------------------------

@@ -75,6 +75,7 @@ def check_request(
     for name in req.local_unsupported:
         raise fail("unsupported_field", f"'{name}' is not supported by this endpoint", param=name)
     doc = orjson.loads(req.body)
+    _check_capabilities(req, doc, rt)
     if (lora := doc.get("lora_adapter")) is not None and lora not in rt.profile.lora_adapters:
         raise fail(
             "unknown_lora_adapter", "unknown LoRA adapter for this model", param="lora_adapter"
@@ -108,6 +109,23 @@ def remote_forbidden(call: Call) -> bool:
             param="X-SIE-Remote",
         )
     return True
+
+
+def named_profile(
+    models: Mapping[str, LocalRuntime], model: str
+) -> tuple[LocalRuntime, bool] | None:
+    """`model:profile` naming a local model's local profile (runtime, False) or its remote
+    one (runtime, True); None when `model` is not of that form (a model named exactly,
+    colon or not, is itself). An unknown profile of a local model is 404."""
+    base, sep, name = model.rpartition(":")
+    rt = models.get(base) if sep and model not in models else None
+    if rt is None:
+        return None
+    if name == rt.profile.local_profile:
+        return rt, False
+    if name == rt.profile.remote_profile and rt.profile.remote_fallback is not None:
+        return rt, True
+    raise fail("model_not_found", f"model '{base}' has no profile named so", param="model")
 
 
 def remote_target_forbidden() -> GatewayError:
@@ -184,6 +202,28 @@ def _minor(version: str) -> tuple[int, int] | None:
     """(major, minor) of `1.2.3`, `v1.2`, `1.2.0rc1`; None when it is not a version."""
     m = re.match(r"^v?(\d{1,6})\.(\d{1,6})", version.strip())
     return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# response_format type -> the profile's capabilities.grammar entry it needs.
+_GRAMMAR_OF = {"json_schema": "json_schema", "json_object": "json_schema", "regex": "regex"}
+_GRAMMAR_OF["grammar"] = "ebnf"
+
+
+def _check_capabilities(req: ParsedRequest, doc: dict[str, Any], rt: LocalRuntime) -> None:
+    """The profile's `capabilities`: tools, and the constrained decodings (SIE: 400
+    unsupported_field)."""
+    name = rt.profile.name
+    if "tools" in req.fields and not rt.profile.tools:
+        raise fail("unsupported_field", f"model '{name}' does not support tools", param="tools")
+    rf = doc.get("response_format")
+    kind = rf.get("type") if isinstance(rf, dict) else None
+    grammar = _GRAMMAR_OF.get(kind) if isinstance(kind, str) else None
+    if grammar is not None and grammar not in rt.profile.grammars:
+        raise fail(
+            "unsupported_field",
+            f"model '{name}' does not support {grammar} constrained decoding",
+            param="response_format.type",
+        )
 
 
 def _check_images(doc: dict[str, Any], rt: LocalRuntime) -> list[str]:

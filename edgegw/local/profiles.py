@@ -23,12 +23,18 @@ Example (every key but `name` and `workers` is optional):
         timeouts: {first_chunk_s: 90, inter_chunk_s: 15, overall_s: 600}
         remote_fallback: openai/gpt-4o-mini
         triggers: [provisioning, model_loading]   # the local states that fall back
+        profiles: {local: h100, remote: cloud}    # names for `model:profile` (these defaults)
+        capabilities: {tools: true, grammar: [json_schema, regex, ebnf]}
+        stop_tokens: ["<|im_end|>"]               # appended to every request's stop
 
 `triggers` names the local states in which a request for the model's name goes to
 `remote_fallback` (SIE's fallback reasons): `provisioning` (no worker has passed a health
 check), `model_loading` (a worker answers but has not loaded the model), `saturated`,
 `unhealthy`. Absent, it is SIE's default, `provisioning` and `model_loading`. `workers` may
 be empty for a model with a `remote_fallback` (it is provisioning until workers are listed).
+`qwen3-8b:h100` names the local profile (served locally, never falling back) and
+`qwen3-8b:cloud` the remote one (served by `remote_fallback`, with no fallback reason).
+`capabilities` gate `tools` and the constrained-decoding `response_format`s (absent: all).
 """
 
 from __future__ import annotations
@@ -73,8 +79,12 @@ _MODEL_KEYS = frozenset(
         "timeouts",
         "remote_fallback",
         "triggers",
+        "profiles",
+        "capabilities",
+        "stop_tokens",
     }
 )
+GRAMMARS = ("json_schema", "regex", "ebnf")
 # SIE's fallback reasons, and the ones a profile that declares no triggers falls back on.
 FALLBACK_REASONS = ("provisioning", "model_loading", "saturated", "unhealthy")
 DEFAULT_TRIGGERS = frozenset({"provisioning", "model_loading"})
@@ -113,6 +123,12 @@ class LocalModel:
     remote_fallback: str | None = None
     # The fallback reasons that send a request to remote_fallback.
     triggers: frozenset[str] = DEFAULT_TRIGGERS
+    # Names of the two profiles for `model:profile`.
+    local_profile: str = "local"
+    remote_profile: str = "remote"
+    tools: bool = True
+    grammars: frozenset[str] = frozenset(GRAMMARS)
+    stop_tokens: tuple[str, ...] = ()
 
 
 def parse_gpu_aliases(value: str) -> Mapping[str, str]:
@@ -282,6 +298,32 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
             raise fail("triggers", f"expected a non-empty list of {', '.join(FALLBACK_REASONS)}")
         triggers = frozenset(raw_triggers)
 
+    names = data.get("profiles") or {}
+    if (
+        not isinstance(names, dict)
+        or any(k not in ("local", "remote") for k in names)
+        or not all(isinstance(v, str) and _POOL.match(v) for v in names.values())
+        or len(set(names.values())) < len(names)
+    ):
+        raise fail("profiles", "expected {local: <name>, remote: <name>}, two different names")
+    local_name, remote_name = names.get("local", "local"), names.get("remote", "remote")
+    if local_name == remote_name:
+        raise fail("profiles", "the local and remote profiles need different names")
+
+    caps = data.get("capabilities") or {}
+    if not isinstance(caps, dict) or any(k not in ("tools", "grammar") for k in caps):
+        raise fail("capabilities", "expected a mapping of tools and grammar")
+    tools = caps.get("tools", True)
+    if not isinstance(tools, bool):
+        raise fail("capabilities.tools", "expected true or false")
+    grammars = caps.get("grammar", list(GRAMMARS))
+    if not isinstance(grammars, list) or any(g not in GRAMMARS for g in grammars):
+        raise fail("capabilities.grammar", f"expected a list of {', '.join(GRAMMARS)}")
+
+    stop_tokens = data.get("stop_tokens") or []
+    if not isinstance(stop_tokens, list) or not all(isinstance(t, str) and t for t in stop_tokens):
+        raise fail("stop_tokens", "expected a list of strings")
+
     return LocalModel(
         name=name,
         workers=tuple(workers),
@@ -295,4 +337,9 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
         timeouts=timeouts,
         remote_fallback=fallback,
         triggers=triggers,
+        local_profile=local_name,
+        remote_profile=remote_name,
+        tools=tools,
+        grammars=frozenset(grammars),
+        stop_tokens=tuple(dict.fromkeys(stop_tokens)),
     )

@@ -107,6 +107,7 @@ def sglang_chat_body(
         body["chat_template_kwargs"] = {**(doc.get("chat_template_kwargs") or {}), **profile_kwargs}
     for key, value in rt.profile.default_sampling.items():
         body.setdefault(key, value)
+    _add_stop_tokens(body, rt)
     rf = doc.get("response_format")
     if isinstance(rf, dict):
         kind = rf.get("type")
@@ -137,11 +138,21 @@ def sglang_completions_body(
         body["prompt"] = body["prompt"][0]
     for key, value in rt.profile.default_sampling.items():
         body.setdefault(key, value)
+    _add_stop_tokens(body, rt)
     body["stream"] = stream
     if stream:
         body["stream_options"] = {"include_usage": True}
     body["rid"] = rid
     return body
+
+
+def _add_stop_tokens(body: dict[str, Any], rt: LocalRuntime) -> None:
+    """The profile's stop_tokens after the request's stop strings, deduplicated (SIE)."""
+    if not rt.profile.stop_tokens:
+        return
+    stop = body.get("stop")
+    stops = [stop] if isinstance(stop, str) else list(stop or ())
+    body["stop"] = list(dict.fromkeys([*stops, *rt.profile.stop_tokens]))
 
 
 def _finish(reason: object, made_tool_call: bool) -> str:

@@ -28,7 +28,12 @@ from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
-from edgegw.local.contract import check_request, remote_forbidden, remote_target_forbidden
+from edgegw.local.contract import (
+    check_request,
+    named_profile,
+    remote_forbidden,
+    remote_target_forbidden,
+)
 from edgegw.mcp import agent as mcp_agent
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
@@ -58,7 +63,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     try:
         # SIE: the header is checked for every target; `forbid` refuses a remote one.
         forbid = remote_forbidden(call)
-        target = gw.resolver.generation(req.model, call.provider_param())
+        target, named = _target(gw, call, req.model)
         if isinstance(target, Local):
             provider = "local"
             rt = target.runtime
@@ -78,6 +83,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 plan = local_fallback.remote_plan(req)
                 if (
                     fallback is None
+                    or named
                     or lreq.forbid_remote
                     or reason not in rt.profile.triggers
                     or not plan.eligible
@@ -88,7 +94,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                     # client models.
                     target = gw.resolver.remote(fallback, None)
                     provider = target.target.provider.id
-                    headers = local_fallback.served_remotely(provider, reason, plan)
+                    headers = local_fallback.served_remotely(provider, reason, plan.dropped)
                     outcome = await _remote(gw, call, req, target, headers, drop=plan.dropped)
                 except GatewayError as e:
                     # Nothing reached the client: the local refusal answers, saying why.
@@ -99,7 +105,9 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             provider = target.target.provider.id
             if forbid:
                 raise remote_target_forbidden()
-            outcome = await _remote(gw, call, req, target, ())
+            # A local model's remote profile, named: served remotely, no fallback reason.
+            headers = local_fallback.served_remotely(provider, None) if named else ()
+            outcome = await _remote(gw, call, req, target, headers)
         status = CLIENT_CLOSED if outcome.client_gone else outcome.status
         if outcome.client_gone:
             log.debug("client went away; upstream request to %s cancelled", provider)
@@ -126,6 +134,20 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             tool_calls=[] if outcome is None else outcome.tool_calls,
             operation="chat" if req.endpoint == "chat" else "text_completion",
         )
+
+
+def _target(gw: Gateway, call: Call, model: str) -> tuple[Local | Remote, bool]:
+    """Where the request goes, and whether it named a local model's profile
+    (`model:profile`, served as written: never a fallback)."""
+    named = named_profile(gw.fleet.models, model) if call.provider_param() is None else None
+    if named is None:
+        return gw.resolver.generation(model, call.provider_param()), False
+    rt, remote = named
+    gw.resolver.check_allowed("local", rt.profile.name)
+    if remote:
+        assert rt.profile.remote_fallback is not None
+        return gw.resolver.remote(rt.profile.remote_fallback, None), True
+    return Local(rt), True
 
 
 async def _remote(
