@@ -84,6 +84,7 @@ impl SseSplitter {
                 i = 1;
                 if !self.pending_cr_ended_block {
                     self.pending += 1;
+                    self.check_bound()?;
                 }
             }
         }
@@ -434,6 +435,16 @@ mod tests {
             }
         }
         assert!(failed);
+    }
+
+    #[test]
+    fn bound_does_not_depend_on_a_crlf_cut() {
+        // 8 bytes then CRLF: over a bound of 9 whether or not the CR and LF come together.
+        let line = b"data: ab\r\n";
+        assert!(SseSplitter::new(9).feed(line).is_err());
+        let mut s = SseSplitter::new(9);
+        s.feed(&line[..9]).unwrap();
+        assert!(s.feed(&line[9..]).is_err());
     }
 
     #[test]

@@ -1,0 +1,59 @@
+//! Upstream HTTP/1.1 responses with arbitrary cut points (layout: edgegw_core_fuzz::cuts),
+//! for a GET and a HEAD: a fault or progress, never a panic, and nothing depends on the
+//! cuts: the final head, the body bytes, the end, `reusable`, a fault, and what the peer's
+//! close then gives.
+#![no_main]
+
+use edgegw_core::http1::{Head, ResponseParser};
+use edgegw_core_fuzz::cuts;
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Fault,
+    Fed {
+        head: Option<Head>,
+        body: Vec<u8>,
+        done: bool,
+        reusable: bool,
+        /// After feed_eof: Some((body, done)), or None for a fault.
+        eof: Option<(Vec<u8>, bool)>,
+    },
+}
+
+fn run(pieces: &[&[u8]], head_request: bool) -> Outcome {
+    let mut p = ResponseParser::new(head_request);
+    let (mut head, mut body, mut done) = (None, Vec::new(), false);
+    for piece in pieces {
+        let Ok(progress) = p.feed(piece) else {
+            return Outcome::Fault;
+        };
+        if let Some(h) = progress.head {
+            assert!(head.is_none(), "one final head per response");
+            head = Some(h);
+        }
+        assert!(!(done && !progress.body.is_empty()), "body after the end");
+        body.extend(progress.body);
+        done |= progress.done;
+        assert_eq!(done, p.is_done());
+    }
+    let reusable = p.reusable();
+    let eof = p.feed_eof().ok().map(|progress| {
+        assert!(progress.head.is_none() || head.is_none());
+        (progress.body, progress.done)
+    });
+    Outcome::Fed {
+        head,
+        body,
+        done,
+        reusable,
+        eof,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let (pieces, stream) = cuts(data);
+    for head_request in [false, true] {
+        assert_eq!(run(&pieces, head_request), run(&[stream], head_request));
+    }
+});
