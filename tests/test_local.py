@@ -330,6 +330,21 @@ async def test_forbid_without_a_worker_is_503_and_fallback_serves_remotely(
     assert generations(worker) == []
 
 
+async def test_a_model_with_no_workers_yet_is_provisioning(
+    nursery: trio.Nursery, tmp_path: Path, mock: MockUpstream
+) -> None:
+    text = (
+        "local_models:\n  - name: qwen3-8b\n    workers: []\n"
+        "    remote_fallback: openai/gpt-4o-mini\n"
+    )
+    gw = await local_gateway(nursery, tmp_path, text, upstream_env(mock))
+    resp = await post(gw, CHAT)
+    assert resp.status == 200, resp.body
+    assert resp.headers[b"x-sie-fallback-reason"] == b"provisioning"
+    resp = await post(gw, CHAT, [("x-sie-remote", "forbid")])
+    assert (resp.status, resp.headers[b"x-sie-error-code"]) == (503, b"PROVISIONING")
+
+
 async def test_fallback_drops_sampling_hints_and_keeps_model_bound_requests_local(
     nursery: trio.Nursery, tmp_path: Path, mock: MockUpstream, worker: FakeSGLang
 ) -> None:
