@@ -3,6 +3,9 @@ and the real gateway: the tool list, its refresh, a server down at start."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+
 import orjson
 import pytest
 import trio
@@ -18,6 +21,13 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator .* was garbage collected:ResourceWarning"),
     pytest.mark.filterwarnings("ignore:Unclosed <MemoryObject:ResourceWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _collect_sdk_garbage() -> Iterator[None]:
+    """Collect the SDK's garbage while the filters above apply, not in a later test."""
+    yield
+    gc.collect()
 
 
 def mcp_env(*urls: str, **extra: str) -> dict[str, str]:
@@ -139,11 +149,11 @@ async def test_polling_refreshes_the_catalogue(nursery: trio.Nursery) -> None:
 async def test_a_server_that_never_answers_does_not_hold_the_start(nursery: trio.Nursery) -> None:
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
-    held: list[trio.SocketStream] = []
+    tried = trio.Event()
 
     async def accept_and_stay_silent(stream: trio.SocketStream) -> None:
         async with stream:
-            held.append(stream)
+            tried.set()
             await trio.sleep_forever()
 
     await nursery.start(trio.serve_listeners, accept_and_stay_silent, listeners)
@@ -152,4 +162,5 @@ async def test_a_server_that_never_answers_does_not_hold_the_start(nursery: trio
         mcp_env(f"http://127.0.0.1:{port}/mcp", MCP_REQUEST_TIMEOUT="1s"),
     )
     assert (await tool_list(gw.port))["data"] == []
-    assert held  # it was tried
+    with trio.fail_after(10):  # it is tried (again, on a loaded machine)
+        await tried.wait()

@@ -13,7 +13,12 @@ from .conftest import Gateway, sample, scrape, start_gateway
 from .mcp_server import ToolServer
 from .rawhttp import request
 from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
-from .test_mcp import mcp_env, pytestmark, wait_for_tool  # noqa: F401  (pytestmark: the filters)
+from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's garbage)
+    _collect_sdk_garbage,
+    mcp_env,
+    pytestmark,
+    wait_for_tool,
+)
 
 WEATHER = {
     "type": "function",

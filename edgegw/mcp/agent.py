@@ -74,7 +74,7 @@ async def run(
         mine, theirs = agent.split(message)
         outcome.tool_calls += [tc["function"]["name"] for tc in (*mine, *theirs)]
         if mine and not theirs:
-            with exchanges.open(call, mcp.settings.request_timeout_s + 1) as ex:
+            with exchanges.open(call, agent.tools_time_s(len(mine))) as ex:
                 results = await agent.run_tools(mine)
             if not ex.raise_unless_answerable():
                 outcome.client_gone = True

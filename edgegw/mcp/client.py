@@ -76,10 +76,6 @@ class McpClient:
             pool=settings.client_timeout_s,
         )
 
-    def status(self) -> dict[str, bool]:
-        """Server URL -> connected."""
-        return {s.url: s.session is not None for s in self._servers}
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep every server connected until cancelled; started() once each server's first
         attempt is over (at most MCP_REQUEST_TIMEOUT), whatever its result."""

@@ -123,6 +123,13 @@ class Agent:
             (mine if name in self.names else theirs).append(tc)
         return mine, theirs
 
+    def tools_time_s(self, n: int) -> float:
+        """The longest `run_tools` of `n` calls can take (each bounded, in waves of
+        MAX_PARALLEL_TOOL_CALLS), with a second to spare: the bound of its exchange scope,
+        which a disconnect or a drain cancels sooner."""
+        waves = -(-n // MAX_PARALLEL_TOOL_CALLS)
+        return waves * self.mcp.settings.request_timeout_s + 1
+
     async def run_tools(self, calls: Sequence[Mapping[str, Any]]) -> list[ToolResult]:
         results: list[ToolResult] = [ToolResult("", True)] * len(calls)
         limiter = trio.CapacityLimiter(MAX_PARALLEL_TOOL_CALLS)

@@ -125,7 +125,7 @@ async def run_stream(
             held = _without(turn.held, {i for i, tc in turn.calls.items() if tc in mine})
             await writer.close(scrub(b"".join(held), up.secret))
             return outcome
-        with exchanges.open(call, agent.mcp.settings.request_timeout_s + 1) as ex:
+        with exchanges.open(call, agent.tools_time_s(len(mine))) as ex:
             results = await agent.run_tools(mine)
         if ex.ending is not Ending.COMPLETED:
             await writer.settle(ex)
