@@ -164,3 +164,32 @@ async def test_a_server_that_never_answers_does_not_hold_the_start(nursery: trio
     assert (await tool_list(gw.port))["data"] == []
     with trio.fail_after(10):  # it is tried (again, on a loaded machine)
         await tried.wait()
+
+
+async def test_a_lost_server_leaves_and_comes_back(nursery: trio.Nursery) -> None:
+    tools = ToolServer()
+
+    async def serve_in(
+        scope: trio.CancelScope, port: int, task_status: trio.TaskStatus[str]
+    ) -> None:
+        with scope:
+            await tools.serve(port, task_status=task_status)
+
+    first = trio.CancelScope()
+    url = await nursery.start(serve_in, first, 0)
+    port = int(url.rsplit(":", 1)[1].removesuffix("/mcp"))
+    gw = await start_gateway(
+        nursery,
+        mcp_env(
+            url,
+            MCP_POLLING_INTERVAL="50ms",
+            MCP_POLLING_TIMEOUT="500ms",
+            MCP_INITIAL_BACKOFF="50ms",
+            MCP_RETRY_INTERVAL="100ms",
+        ),
+    )
+    await wait_for_tool(gw.port, "mcp_add")
+    first.cancel()  # the server goes away: a poll fails, its tools leave the catalogue
+    await wait_for_tool(gw.port, "mcp_add", present=False)
+    await nursery.start(serve_in, trio.CancelScope(), port)  # back on the same port
+    await wait_for_tool(gw.port, "mcp_add")
