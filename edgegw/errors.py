@@ -41,6 +41,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "provider_not_configured": (400, "invalid_request_error"),
     "images_disabled": (404, "not_found_error"),
     "metrics_push_disabled": (403, "permission_error"),
+    "mcp_tools_not_exposed": (403, "permission_error"),
     "model_not_found": (404, "model_not_found"),
     # -- who may send it
     "invalid_api_key": (401, "authentication_error"),
@@ -61,6 +62,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "upstream_stream_truncated": (502, "server_error"),
     "bad_upstream_response": (502, "server_error"),
     "upstream_error": (502, "server_error"),
+    "mcp_rounds_exhausted": (502, "server_error"),
     # -- local workers (SIE's codes)
     "provisioning": (503, "server_error"),
     "transport_failure": (503, "server_error"),

@@ -88,7 +88,8 @@ async def test_tool_calls_are_counted(nursery: trio.Nursery) -> None:
     resp = await request(gw.port, "POST", "/v1/chat/completions", chat())
     assert resp.status == 200, resp.body
     text_ = await scrape(gw.metrics_port)
-    assert sample(text_, "inference_gateway_tool_calls_total", gen_ai_tool_name="mcp_add") == 1
+    calls = "inference_gateway_tool_calls_total"
+    assert sample(text_, calls, gen_ai_tool_name="mcp_add", gen_ai_tool_type="mcp") == 1
     tokens = sample(
         text_, "gen_ai_client_token_usage_sum", gen_ai_token_type="input"
     )  # both rounds' usage

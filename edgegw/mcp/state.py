@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from edgegw.errors import GatewayError
+from edgegw.errors import GatewayError, fail
 from edgegw.mcp.settings import TOOL_PREFIX
 from edgegw.mcp.tools import McpTool, ToolResult
 
@@ -61,11 +61,9 @@ SELECTOR_TOOLS: tuple[dict[str, Any], ...] = (
 
 
 def rounds_exhausted() -> GatewayError:
-    return GatewayError(
-        502,
+    return fail(
         "mcp_rounds_exhausted",
         f"The model was still calling MCP tools after {MAX_ROUNDS} rounds.",
-        type="server_error",
     )
 
 

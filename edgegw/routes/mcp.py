@@ -13,16 +13,14 @@ from __future__ import annotations
 import orjson
 
 from edgegw.asgi import Call
-from edgegw.errors import GatewayError
+from edgegw.errors import GatewayError, fail
 from edgegw.gateway import Gateway
 
 
 def not_exposed() -> GatewayError:
-    return GatewayError(
-        403,
+    return fail(
         "mcp_tools_not_exposed",
         "The MCP tools endpoint is not exposed (MCP_EXPOSE=true exposes it).",
-        type="permission_error",
     )
 
 

@@ -107,7 +107,13 @@ class Telemetry:
         assert isinstance(calls, Counter)
         for name in tool_calls:
             key = labels(
-                {**base, "gen_ai_tool_name": name, "gen_ai_tool_type": "standard_tool_use"}
+                {
+                    **base,
+                    "gen_ai_tool_name": name,
+                    # The reference's types: a tool the gateway ran for an MCP server, or one
+                    # the client's own code runs.
+                    "gen_ai_tool_type": "mcp" if name.startswith("mcp_") else "standard_tool_use",
+                }
             )
             calls.inc(key)
 
