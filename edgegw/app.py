@@ -23,7 +23,6 @@ from typing import Any
 
 from edgegw._core import RequestError, UpstreamProtocolError
 from edgegw.asgi import Call, ClientGone, Receive, Scope, Send
-from edgegw.auth.verifier import looks_like_jwt, missing_token
 from edgegw.errors import (
     INTERNAL_ERROR_BODY,
     Answerable,
@@ -143,7 +142,7 @@ class App:
         if keys.required:
             if keys.accepts(presented):
                 return
-            if verifier is None or (presented and not looks_like_jwt(bearer)):
+            if verifier is None or (presented and not verifier.looks_like_jwt(bearer)):
                 raise fail(
                     "invalid_api_key",
                     "A valid API key is required: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'.",
@@ -151,7 +150,7 @@ class App:
                 )
         assert verifier is not None
         if not bearer:
-            raise missing_token()
+            raise verifier.missing_token()
         await verifier.verify(bearer)
 
 

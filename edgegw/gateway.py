@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from edgegw.auth.client_keys import ClientKeys
-from edgegw.auth.verifier import OidcVerifier
 from edgegw.bodies import BufferBudget
 from edgegw.exchange import DisconnectWatch
 from edgegw.local.contract import SdkVersionLog
@@ -20,7 +19,9 @@ from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
-if TYPE_CHECKING:  # the MCP SDK takes a second to import: only when MCP_ENABLED
+if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
+    # PyJWT and cryptography a quarter of one
+    from edgegw.auth.verifier import OidcVerifier
     from edgegw.mcp.client import McpClient
 
 
@@ -83,7 +84,7 @@ def build_gateway(
         sdk_versions=SdkVersionLog(),
         load=Load(),
         client_keys=ClientKeys(settings),
-        verifier=OidcVerifier.from_settings(settings, pool) if settings.auth_enabled else None,
+        verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
     )
 
@@ -94,3 +95,13 @@ def _mcp_client(settings: Settings) -> McpClient | None:
     from edgegw.mcp.client import McpClient
 
     return McpClient(settings.mcp)
+
+
+def _verifier(settings: Settings, pool: UpstreamPool) -> OidcVerifier | None:
+    """OIDC verification when AUTH_ENABLED; imported only then (PyJWT and cryptography are
+    a quarter of a second of every start)."""
+    if not settings.auth_enabled:
+        return None
+    from edgegw.auth.verifier import OidcVerifier
+
+    return OidcVerifier.from_settings(settings, pool)

@@ -6,11 +6,9 @@ resources (the upstream pool) owned here and passed in."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
 from edgegw.app import App
 from edgegw.exchange import DisconnectWatch
@@ -21,12 +19,17 @@ from edgegw.settings import TLS_VERSIONS, Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
+if TYPE_CHECKING:
+    from hypercorn.config import Config
+
 # Hypercorn's own handler deadline comes this long after the drain time, so that streams
 # cut at the drain deadline still have time to send their final error event.
 DRAIN_MARGIN_S = 5.0
 
 
 def hypercorn_config(settings: Settings, bind: str | None = None) -> Config:
+    from hypercorn.config import Config
+
     config = Config()
     config.bind = [bind or f"{settings.host}:{settings.port}"]
     config.accesslog = None
@@ -103,6 +106,9 @@ async def serve(
             # HTTPS (and HTTP/2 by ALPN) is Hypercorn's; plain HTTP/1.1 is edgegw.http1's
             # unless EDGEGW_SERVER=hypercorn.
             if settings.server == "hypercorn" or settings.tls_cert_path:
+                # Imported only here: a tenth of a second of every start otherwise.
+                from hypercorn.trio import serve as hypercorn_serve
+
                 raise_nofile()
                 await hypercorn_serve(
                     app,  # type: ignore[arg-type]

@@ -124,6 +124,11 @@ class OidcVerifier:
     """Verifies bearer tokens of one issuer for one audience. Built unstarted; `run()`
     reads the issuer (or fails the start) and then keeps its keys fresh."""
 
+    # The request-path helpers, reachable through the verifier so that the app need not
+    # import this module (and PyJWT) when AUTH_ENABLED is off.
+    looks_like_jwt = staticmethod(looks_like_jwt)
+    missing_token = staticmethod(missing_token)
+
     def __init__(self, issuer: str, client_id: str, pool: UpstreamPool) -> None:
         self.issuer = issuer
         self.client_id = client_id
