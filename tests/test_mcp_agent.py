@@ -105,6 +105,16 @@ async def test_client_tools_are_kept_beside_mcp_tools(nursery: trio.Nursery) -> 
     assert set(names) == {"get_weather", "mcp_add", "mcp_slow", "mcp_grow"}
 
 
+async def test_a_client_tool_named_like_an_mcp_tool_is_refused(nursery: trio.Nursery) -> None:
+    _, model, port = await setup(nursery, lambda body: text("ok"))
+    shadow = {**WEATHER, "function": {**WEATHER["function"], "name": "mcp_add"}}
+    resp = await request(port, "POST", "/v1/chat/completions", chat(tools=[shadow]))
+    assert resp.status == 400
+    error = orjson.loads(resp.body)["error"]
+    assert (error["code"], error["param"]) == ("invalid_request", "tools")
+    assert model.bodies == []  # refused before the model was asked
+
+
 async def test_a_client_tool_call_is_returned_to_the_client(nursery: trio.Nursery) -> None:
     tools, model, port = await setup(
         nursery, lambda body: tool_calls(("get_weather", {}), ("mcp_add", {"a": 1, "b": 1}))

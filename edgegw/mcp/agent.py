@@ -4,7 +4,7 @@ runs the model's MCP tool calls.
 Per request (the state is this request's alone, never shared between requests):
   1. the catalogue is read once; its tools are ADDED to the client's `tools` (direct mode:
      each as `mcp_<name>`; selector mode: `mcp_tools_get` and `mcp_tools_execute`). A client
-     tool of the same name as an MCP tool hides it: that name stays the client's;
+     tool named `mcp_...` is refused (400), never a silent shadow;
   2. the model is called; an answer without MCP tool calls is the final answer, relayed as
      the upstream sent it. An answer that also calls client tools ends the loop too: it is
      returned with its MCP calls removed, so that every call the client sees is its own;

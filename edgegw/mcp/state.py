@@ -60,6 +60,10 @@ SELECTOR_TOOLS: tuple[dict[str, Any], ...] = (
 )
 
 
+# The prefix of every tool the gateway adds (the reference's).
+MCP_PREFIX = "mcp_"
+
+
 def rounds_exhausted() -> GatewayError:
     return fail(
         "mcp_rounds_exhausted",
@@ -83,6 +87,14 @@ class Agent:
         doc = orjson.loads(body)
         client_tools = doc.get("tools") or []
         taken = {t.get("function", {}).get("name") for t in client_tools if isinstance(t, dict)}
+        for name in taken:
+            if isinstance(name, str) and name.startswith(MCP_PREFIX):
+                # Refused, not silently shadowed: the prefix names the gateway's tools.
+                raise fail(
+                    "invalid_request",
+                    f"tool names starting with '{MCP_PREFIX}' are the gateway's MCP tools",
+                    param="tools",
+                )
         catalogue = {n: t for n, t in mcp.tools.items() if n not in taken}
         selector = mcp.settings.tool_mode == "selector"
         if selector:
