@@ -266,3 +266,33 @@ async def test_streaming_rounds_are_bounded(nursery: trio.Nursery) -> None:
     last = orjson.loads(sse_data(resp.body)[-1])
     assert last["error"]["code"] == "mcp_rounds_exhausted"
     assert len(model.bodies) == 10
+
+
+async def test_concurrent_mcp_requests_keep_their_own_state(nursery: trio.Nursery) -> None:
+    """Two requests for different models at once, each through a tool round: each gets the
+    sum of its own arguments (one agent state per request, never shared)."""
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        a = 10 if body["model"] == "gpt-4o" else 20
+        results = last_tool_results(body)
+        if not results:
+            return tool_calls(("mcp_add", {"a": a, "b": 1}))
+        total = orjson.loads(results["call_0"])["structuredContent"]["result"]
+        return text(f"{body['model']}: {total}")
+
+    _, model, port = await setup(nursery, script)
+    answers: dict[str, str] = {}
+
+    async def ask(name: str) -> None:
+        body = orjson.dumps(
+            {"model": f"openai/{name}", "messages": [{"role": "user", "content": "hi"}]}
+        )
+        resp = await request(port, "POST", "/v1/chat/completions", body)
+        assert resp.status == 200, resp.body
+        answers[name] = orjson.loads(resp.body)["choices"][0]["message"]["content"]
+
+    async with trio.open_nursery() as clients:
+        for name in ("gpt-4o", "gpt-4o-mini"):
+            clients.start_soon(ask, name)
+    assert answers == {"gpt-4o": "gpt-4o: 11", "gpt-4o-mini": "gpt-4o-mini: 21"}
+    assert len(model.bodies) == 4
