@@ -296,3 +296,21 @@ async def test_concurrent_mcp_requests_keep_their_own_state(nursery: trio.Nurser
             clients.start_soon(ask, name)
     assert answers == {"gpt-4o": "gpt-4o: 11", "gpt-4o-mini": "gpt-4o-mini: 21"}
     assert len(model.bodies) == 4
+
+
+async def test_a_client_that_hangs_up_cancels_the_running_tool(nursery: trio.Nursery) -> None:
+    tools, _, port = await setup(nursery, lambda body: tool_calls(("mcp_slow", {"seconds": 30})))
+    body = chat()
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(body)
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(head + body)
+    with trio.fail_after(10):
+        while tools.running == 0:  # noqa: ASYNC110 (the MCP server's state)
+            await trio.sleep(0.02)
+    await stream.aclose()  # the client goes away while the tool runs
+    with trio.fail_after(10):  # far below the tool's 30 s: it was cancelled
+        while tools.running:  # noqa: ASYNC110 (the MCP server's state)
+            await trio.sleep(0.05)
