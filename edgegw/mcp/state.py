@@ -60,10 +60,6 @@ SELECTOR_TOOLS: tuple[dict[str, Any], ...] = (
 )
 
 
-# The prefix of every tool the gateway adds (the reference's).
-MCP_PREFIX = "mcp_"
-
-
 def rounds_exhausted() -> GatewayError:
     return fail(
         "mcp_rounds_exhausted",
@@ -88,11 +84,11 @@ class Agent:
         client_tools = doc.get("tools") or []
         taken = {t.get("function", {}).get("name") for t in client_tools if isinstance(t, dict)}
         for name in taken:
-            if isinstance(name, str) and name.startswith(MCP_PREFIX):
+            if isinstance(name, str) and name.startswith(TOOL_PREFIX):
                 # Refused, not silently shadowed: the prefix names the gateway's tools.
                 raise fail(
                     "invalid_request",
-                    f"tool names starting with '{MCP_PREFIX}' are the gateway's MCP tools",
+                    f"tool names starting with '{TOOL_PREFIX}' are the gateway's MCP tools",
                     param="tools",
                 )
         catalogue = {n: t for n, t in mcp.tools.items() if n not in taken}
