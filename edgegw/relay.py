@@ -19,8 +19,8 @@ import trio
 
 from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
-from edgegw.bodies import BufferBudget, read_whole, scrub, stream_decoder
-from edgegw.errors import GatewayError, Headers
+from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
+from edgegw.errors import GatewayError, Headers, fail
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.upstream import Origin, Response, UpstreamPool
 
@@ -79,18 +79,12 @@ class Exchanges:
         """Non-streaming: the upstream's 2xx body as it was sent, or its error in the
         envelope (as the upstream sent it, with `raw_errors`)."""
         outcome = Outcome()
-        charge = 0
+        got = await self.read_answer(call, up)
+        if got is None:
+            outcome.client_gone = True
+            return outcome
+        resp, payload, charge = got
         try:
-            with self.open(call, self.first_byte_timeout_s) as ex:
-                resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
-                try:
-                    ex.allow(self.idle_timeout_s)
-                    payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
-                finally:
-                    await resp.aclose()
-            if not ex.raise_unless_answerable():
-                outcome.client_gone = True
-                return outcome
             ok = 200 <= resp.status < 300
             if not ok:
                 payload = scrub(payload, up.secret)
@@ -110,6 +104,29 @@ class Exchanges:
             return outcome
         finally:
             self.budget.give(charge)
+
+    async def read_answer(
+        self, call: Call, up: UpstreamRequest
+    ) -> tuple[Response, bytes, int] | None:
+        """One exchange whose whole answer is read here: (response, decoded body, what it
+        holds of the buffer budget, for the caller to give back once the body is no longer
+        held); None when the client went away. A drain or a timeout is raised (503 / 504)."""
+        charge = 0
+        try:
+            with self.open(call, self.first_byte_timeout_s) as ex:
+                resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+                try:
+                    ex.allow(self.idle_timeout_s)
+                    payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
+                finally:
+                    await resp.aclose()
+            if not ex.raise_unless_answerable():
+                self.budget.give(charge)
+                return None
+        except BaseException:
+            self.budget.give(charge)
+            raise
+        return resp, payload, charge
 
     async def relay_sse(
         self,
@@ -160,17 +177,12 @@ class Exchanges:
         held = b""
         while True:
             try:
-                with trio.fail_after(idle):
-                    raw = await resp.receive_chunk()
-                if not raw:
-                    break
-                chunk = decoder.feed(raw)
-            except trio.TooSlowError:
-                await writer.fail("upstream_timeout", "the upstream stream stalled")
-                return
+                chunk = await next_piece(resp, decoder, idle)
             except GatewayError as e:
                 await writer.fail(e.code, e.message)
                 return
+            if chunk is None:
+                break
             if not chunk:
                 continue
             try:
@@ -252,6 +264,18 @@ HOP_BY_HOP_RESPONSE_HEADERS = frozenset(
         b"proxy-authenticate",
     }
 )
+
+
+async def next_piece(resp: Response, decoder: Decoder, idle_s: float) -> bytes | None:
+    """A stream's next decoded piece (b"" when compressed bytes decoded to nothing yet), or
+    None at its end; silence past `idle_s` is 504 `upstream_timeout`, raised like the
+    transport's own errors, for the caller's writer to end the stream with."""
+    try:
+        with trio.fail_after(idle_s):
+            raw = await resp.receive_chunk()
+    except trio.TooSlowError:
+        raise fail("upstream_timeout", "the upstream stream stalled") from None
+    return decoder.feed(raw) if raw else None
 
 
 async def _send_raw(

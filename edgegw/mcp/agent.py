@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from edgegw.asgi import Call
-from edgegw.bodies import read_whole, scrub
+from edgegw.bodies import scrub
 from edgegw.errors import Headers, fail
 from edgegw.exchange import Outcome
 from edgegw.mcp.state import MAX_ROUNDS, Agent, rounds_exhausted
@@ -98,19 +98,11 @@ async def run(
 async def _fetch(ex: Exchanges, call: Call, up: UpstreamRequest) -> tuple[bytes, bytes] | None:
     """One model call whose answer stays here: (content type, body); None when the client
     went away. An upstream error answer is raised in the envelope, as `forward` does."""
-    charge = 0
-    try:
-        with ex.open(call, ex.first_byte_timeout_s) as exchange:
-            resp = await ex.pool.send(up.origin, up.method, up.target, up.headers, up.body)
-            try:
-                exchange.allow(ex.idle_timeout_s)
-                payload, charge = await read_whole(resp, ex.max_response_bytes, ex.budget)
-            finally:
-                await resp.aclose()
-        if not exchange.raise_unless_answerable():
-            return None
-        if not 200 <= resp.status < 300:
-            raise upstream_error(resp.status, resp.headers, scrub(payload, up.secret))
-        return resp.header(b"content-type") or b"application/json", payload
-    finally:
-        ex.budget.give(charge)
+    got = await ex.read_answer(call, up)
+    if got is None:
+        return None
+    resp, payload, charge = got
+    ex.budget.give(charge)
+    if not 200 <= resp.status < 300:
+        raise upstream_error(resp.status, resp.headers, scrub(payload, up.secret))
+    return resp.header(b"content-type") or b"application/json", payload

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import trio
 
 from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
@@ -28,7 +27,7 @@ from edgegw.bodies import read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers
 from edgegw.exchange import Ending, Outcome, SseWriter, StreamState
 from edgegw.mcp.state import MAX_ROUNDS, Agent, rounds_exhausted
-from edgegw.relay import MAX_ERROR_BODY, Exchanges, UpstreamRequest, upstream_error
+from edgegw.relay import MAX_ERROR_BODY, Exchanges, UpstreamRequest, next_piece, upstream_error
 from edgegw.upstream import Response
 
 log = logging.getLogger("edgegw.streaming")
@@ -151,17 +150,12 @@ async def _pump(
     holding = False
     while True:
         try:
-            with trio.fail_after(idle_s):
-                raw = await resp.receive_chunk()
-            if not raw:
-                break
-            chunk = decoder.feed(raw)
-        except trio.TooSlowError:
-            await writer.fail("upstream_timeout", "the upstream stream stalled")
-            return
+            chunk = await next_piece(resp, decoder, idle_s)
         except GatewayError as e:
             await writer.fail(e.code, e.message)
             return
+        if chunk is None:
+            break
         try:
             events = splitter.feed(chunk) if chunk else []
         except UpstreamProtocolError as e:
