@@ -1,26 +1,31 @@
 """`python -m bench.mcp`: what MCP injection adds to a chat request that calls no tool.
 
-With MCP on, a non-streaming chat request goes through the agent (edgegw.mcp.agent) instead
-of the plain relay: the request body is parsed and the tools added (`Agent.start`), the body
-written again (`Agent.body`), and the model's answer parsed to look for tool calls
-(`orjson.loads` + `Agent.split`). This measures that extra Python work, in process, for a
-typical request (a 5-message chat, one client tool) and answer (~1 KB, usage, no tool call),
-with 10 MCP tools in direct mode and in selector mode. Compare the result with a proxied
-request's server CPU in bench/README.md (~680 µs on the 2-vCPU box). Medians of rounds.
+With MCP on, a chat request's upstream body is written by the Rust core with the catalogue's
+tools appended (`ParsedRequest.upstream_body(..., tools=offered.json)`; the JSON of the tools
+is written once per catalogue, edgegw.mcp.tools.Offered), after a check of the client's tool
+names (`refuse_prefixed`), and the model's answer is searched for `"tool_calls"` before it is
+relayed as it came (read for usage as `forward` reads any answer). This measures, in process,
+the request's parse, body writing and answer read with MCP (10 MCP tools in direct mode, and
+selector mode) against the same without MCP, for a typical request (a 5-message chat, one
+client tool) and answer (~1 KB, usage, no tool call). Compare the difference with a proxied
+request's server CPU in bench/README.md (~650-730 µs on the 2-vCPU box). Medians of rounds.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from functools import partial
 from types import MappingProxyType
-from typing import Any
 
 import orjson
 
-from edgegw.mcp.state import Agent
-from edgegw.mcp.tools import McpTool
+from edgegw._core import parse_chat_request
+from edgegw.exchange import Outcome
+from edgegw.mcp.state import refuse_prefixed
+from edgegw.mcp.tools import McpTool, Offered
+from edgegw.relay import tap
 
 ROUNDS = 7
 CALLS = 5_000
@@ -77,47 +82,51 @@ SCHEMA = MappingProxyType(
 )
 
 
-@dataclass(frozen=True)
-class _Settings:
-    tool_mode: str
-
-
-@dataclass(frozen=True)
-class _Catalogue:
-    """What Agent.start reads of the MCP client: its tools and its tool mode."""
-
-    tools: dict[str, McpTool]
-    settings: _Settings
-
-
-def catalogue(mode: str) -> Any:
+def offered(mode: str) -> Offered:
     tools = {
         f"mcp_tool_{i}": McpTool(f"tool_{i}", f"Tool number {i}.", "http://127.0.0.1:1/mcp", SCHEMA)
         for i in range(10)
     }
-    return _Catalogue(tools, _Settings(mode))
+    return Offered.of(tools, mode == "selector")
 
 
-def one_request(mcp: Any) -> None:
-    agent = Agent.start(mcp, REQUEST)
-    agent.body()
-    doc = orjson.loads(ANSWER)
-    agent.count(doc.get("usage"))
-    agent.split(doc["choices"][0]["message"])
+def plain() -> None:
+    req = parse_chat_request(REQUEST)
+    req.upstream_body("gpt-4o-mini")
+    tap(ANSWER, Outcome(), "message")
+
+
+def with_mcp(offer: Offered) -> None:
+    req = parse_chat_request(REQUEST)
+    refuse_prefixed(req.tool_names)
+    req.upstream_body("gpt-4o-mini", tools=offer.json)
+    assert b'"tool_calls"' not in ANSWER
+    tap(ANSWER, Outcome(), "message")
+
+
+def per_call(fn: Callable[[], None]) -> float:
+    start = time.process_time()
+    for _ in range(CALLS):
+        fn()
+    return (time.process_time() - start) / CALLS * 1e6
 
 
 def main() -> None:
-    for mode in ("direct", "selector"):
-        mcp = catalogue(mode)
-        per_call = []
-        for _ in range(ROUNDS):
-            start = time.process_time()
-            for _ in range(CALLS):
-                one_request(mcp)
-            per_call.append((time.process_time() - start) / CALLS * 1e6)
+    cases: dict[str, Callable[[], None]] = {
+        "without MCP": plain,
+        "direct, 10 tools": partial(with_mcp, offered("direct")),
+        "selector": partial(with_mcp, offered("selector")),
+    }
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(ROUNDS):
+        for name, fn in cases.items():  # interleaved: every round measures each case
+            times[name].append(per_call(fn))
+    base = statistics.median(times["without MCP"])
+    for name, runs in times.items():
+        median = statistics.median(runs)
         print(
-            f"{mode:8s}: {statistics.median(per_call):6.1f} µs CPU per request "
-            f"(rounds {min(per_call):.1f}-{max(per_call):.1f})"
+            f"{name:17s}: {median:6.1f} µs CPU per request (rounds {min(runs):.1f}-{max(runs):.1f})"
+            + ("" if name == "without MCP" else f", adds {median - base:+.1f} µs")
         )
 
 

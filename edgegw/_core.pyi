@@ -76,13 +76,17 @@ class ParsedRequest:
     @property
     def local_unsupported(self) -> tuple[str, ...]: ...
     @property
+    def tool_names(self) -> tuple[str, ...]: ...
+    @property
     def body(self) -> bytes: ...
+    # `tools`: tool objects' JSON, comma-separated, appended to the body's `tools` array.
     def upstream_body(
         self,
         model: str,
         omit: list[str] | tuple[str, ...] = ...,
         *,
         rename: Sequence[tuple[str, str]] = ...,
+        tools: bytes | None = ...,
     ) -> bytes: ...
 
 def parse_chat_request(body: bytes) -> ParsedRequest: ...

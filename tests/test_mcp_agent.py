@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import orjson
 import pytest
 import trio
@@ -218,7 +219,17 @@ def sse_data(body: bytes) -> list[bytes]:
     return [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
 
 
-async def test_streaming_shows_the_final_round(nursery: trio.Nursery) -> None:
+def stream_calls(data: list[bytes]) -> list[dict[str, Any]]:
+    return [
+        tc
+        for d in data
+        if d != b"[DONE]"
+        for c in orjson.loads(d)["choices"]
+        for tc in c["delta"].get("tool_calls") or ()
+    ]
+
+
+async def test_streaming_relays_every_round(nursery: trio.Nursery) -> None:
     tools, model, port = await setup(nursery, add_then_answer)
     resp = await request(port, "POST", "/v1/chat/completions", chat(stream=True))
     assert resp.status == 200, resp.body
@@ -228,7 +239,13 @@ async def test_streaming_shows_the_final_round(nursery: trio.Nursery) -> None:
     chunks = [orjson.loads(d) for d in data[:-1]]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     assert "".join(d.get("content") or "" for d in deltas) == "the sum is 5"
-    assert not any("tool_calls" in d for d in deltas)  # the tool round is not shown
+    # The tool round is shown as it streamed: its call and its finish reason.
+    assert [tc["function"].get("name") for tc in stream_calls(data) if "id" in tc] == ["mcp_add"]
+    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert [f for f in finish if f] == ["tool_calls", "stop"]
+    # One usage chunk, the sum over both rounds.
+    usages = [c["usage"] for c in chunks if c.get("usage")]
+    assert usages == [{"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}]
     assert tools.calls == ["add"]
     assert [b["stream"] for b in model.bodies] == [True, True]
     assert model.bodies[1]["messages"][1]["tool_calls"][0]["function"] == {
@@ -237,22 +254,49 @@ async def test_streaming_shows_the_final_round(nursery: trio.Nursery) -> None:
     }
 
 
-async def test_streaming_client_tool_call_without_mcp_calls(nursery: trio.Nursery) -> None:
+async def test_streaming_with_the_openai_sdk(nursery: trio.Nursery) -> None:
+    tools, _, port = await setup(nursery, add_then_answer)
+    client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+    text_, names, usage = "", [], None
+    async with client:
+        stream = await client.chat.completions.create(
+            model="openai/gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        async for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage.total_tokens
+            for choice in chunk.choices:
+                text_ += choice.delta.content or ""
+                names += [tc.function.name for tc in choice.delta.tool_calls or () if tc.function]
+    assert text_ == "the sum is 5"
+    assert [n for n in names if n] == ["mcp_add"]
+    assert usage == 30
+    assert tools.calls == ["add"]
+
+
+async def test_whole_answer_usage_is_the_sum_over_rounds(nursery: trio.Nursery) -> None:
+    _, _, port = await setup(nursery, add_then_answer)
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    usage = orjson.loads(resp.body)["usage"]
+    assert usage == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}
+
+
+async def test_streaming_round_with_a_client_call_ends_the_loop(nursery: trio.Nursery) -> None:
+    """The client saw every call of the round as it streamed; it answers its own (the
+    `mcp_` one is the gateway's, not run: the loop ends with the client's call)."""
     tools, model, port = await setup(
         nursery, lambda body: tool_calls(("mcp_add", {"a": 1, "b": 1}), ("get_weather", {}))
     )
     resp = await request(port, "POST", "/v1/chat/completions", chat(stream=True, tools=[WEATHER]))
     assert resp.status == 200, resp.body
     data = sse_data(resp.body)
-    assert data[-1] == b"[DONE]"
-    calls = [
-        tc
-        for d in data[:-1]
-        for c in orjson.loads(d)["choices"]
-        for tc in c["delta"].get("tool_calls") or ()
-    ]
-    assert {tc["index"] for tc in calls} == {0}  # renumbered from its index 1
-    assert [tc["function"].get("name") for tc in calls if "id" in tc] == ["get_weather"]
+    assert data[-1] == b"[DONE]" and data.count(b"[DONE]") == 1
+    named = [tc["function"].get("name") for tc in stream_calls(data) if "id" in tc]
+    assert named == ["mcp_add", "get_weather"]
     finish = [c["finish_reason"] for d in data[:-1] for c in orjson.loads(d)["choices"]]
     assert "tool_calls" in finish
     assert tools.calls == []

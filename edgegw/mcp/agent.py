@@ -1,13 +1,17 @@
 """A chat request with MCP tools: the tools added beside the client's own, and the loop that
-runs the model's MCP tool calls.
+runs the model's MCP tool calls, for a remote provider and a local model alike
+(edgegw.mcp.models).
 
 Per request (the state is this request's alone, never shared between requests):
-  1. the catalogue is read once; its tools are ADDED to the client's `tools` (direct mode:
-     each as `mcp_<name>`; selector mode: `mcp_tools_get` and `mcp_tools_execute`). A client
-     tool named `mcp_...` is refused (400), never a silent shadow;
+  1. the catalogue's offer is read once (edgegw.mcp.tools.Offered: written once per
+     catalogue); the Rust core appends its tools to the client's `tools` as it writes the
+     upstream body (direct mode: each as `mcp_<name>`; selector mode: `mcp_tools_get` and
+     `mcp_tools_execute`), so a request that calls no tool is never parsed again here. A
+     client tool named `mcp_...` is refused (400), never a silent shadow;
   2. the model is called; an answer without MCP tool calls is the final answer, relayed as
-     the upstream sent it. An answer that also calls client tools ends the loop too: it is
-     returned with its MCP calls removed, so that every call the client sees is its own;
+     the model sent it (after tool rounds, with `usage` the sum over rounds). An answer that
+     also calls client tools ends the loop too: it is returned with its MCP calls removed,
+     so that every call the client sees is its own;
   3. otherwise the turn's MCP calls run concurrently (at most MAX_PARALLEL_TOOL_CALLS, each
      bounded by MCP_REQUEST_TIMEOUT; a failure or timeout is an error result the model
      reads, never an HTTP error), the assistant message and one `tool` message per call are
@@ -17,54 +21,79 @@ Streaming requests run the same loop through edgegw.mcp.stream.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from edgegw._core import ParsedRequest
 from edgegw.asgi import Call
-from edgegw.bodies import scrub
 from edgegw.errors import Headers, fail
 from edgegw.exchange import Outcome
-from edgegw.mcp.state import MAX_ROUNDS, Agent, rounds_exhausted
+from edgegw.local.serve import NoLocalWorker
+from edgegw.mcp.models import Model, Unserved
+from edgegw.mcp.state import MAX_ROUNDS, Agent, refuse_prefixed, rounds_exhausted
 from edgegw.mcp.stream import run_stream
-from edgegw.relay import Exchanges, UpstreamRequest, upstream_error
+from edgegw.mcp.tools import Offered
+from edgegw.relay import Exchanges, tap
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient
 
 
-def applies(mcp: McpClient, call: Call, stream: bool) -> bool:
-    """Whether a chat request gets MCP tools: some are connected and the client did not
-    send `X-MCP-Bypass` (as inference-gateway's clients may)."""
-    return bool(mcp.tools) and not call.header(b"x-mcp-bypass")
+def offer(mcp: McpClient | None, call: Call, req: ParsedRequest) -> Offered | None:
+    """The MCP tools a chat request gets: None when MCP is off, no tool is connected, or
+    the client sent `X-MCP-Bypass` (as inference-gateway's clients may)."""
+    if mcp is None or req.endpoint != "chat" or call.header(b"x-mcp-bypass"):
+        return None
+    offered = mcp.offered
+    if not offered.names:
+        return None
+    refuse_prefixed(req.tool_names)
+    return offered
 
 
 async def run(
     exchanges: Exchanges,
     mcp: McpClient,
+    offered: Offered,
+    model: Model,
     call: Call,
-    up: UpstreamRequest,
+    first: bytes,
     stream: bool,
     response_headers: Headers,
+) -> Outcome | NoLocalWorker:
+    """A chat request with MCP tools (module doc). `first` is the first round's body, the
+    tools added. A local model no worker can take in the first round answers
+    NoLocalWorker, for the route to decide (nothing reached the client); in a later round,
+    the local refusal."""
+    agent = Agent(mcp, offered, first)
+    try:
+        if stream:
+            return await run_stream(agent, model, exchanges, call, response_headers)
+        return await _whole(agent, model, exchanges, call, response_headers)
+    except Unserved as e:
+        if agent.rounds <= 1:
+            return e.unserved
+        raise e.refusal from None
+
+
+async def _whole(
+    agent: Agent, model: Model, exchanges: Exchanges, call: Call, response_headers: Headers
 ) -> Outcome:
-    """A chat request with MCP tools (module doc)."""
-    agent = Agent.start(mcp, up.body)
-    if stream:
-        return await run_stream(agent, exchanges, call, up, response_headers)
     outcome = Outcome()
     for _ in range(MAX_ROUNDS):
-        up.body = agent.body()
-        fetched = await _fetch(exchanges, call, up)
-        if fetched is None:
+        got = await model.answer(call, agent.body())
+        if got is None:
             outcome.client_gone = True
             return outcome
-        content_type, payload = fetched
-        try:
-            doc = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            raise fail("bad_upstream_response", "the upstream's answer is not JSON") from None
-        if not isinstance(doc, dict):
-            raise fail("bad_upstream_response", "the upstream's answer is not a JSON object")
+        headers, payload = got
+        if b'"tool_calls"' not in payload and agent.rounds == 1:
+            # No tool call at all: the answer as the model sent it, read as `forward` does.
+            if b'"usage"' in payload:
+                tap(payload, outcome, "message")
+            await _respond(call, headers, payload, response_headers)
+            return outcome
+        doc = _answer_doc(payload)
         agent.count(doc.get("usage"))
         choices = doc.get("choices") or [{}]
         choice = choices[0] if isinstance(choices[0], dict) else {}
@@ -83,26 +112,25 @@ async def run(
             continue
         if mine:  # the client's calls end the loop; it sees only its own
             message["tool_calls"] = theirs
-            payload = orjson.dumps(doc)
+        if agent.usage and agent.rounds > 1:
+            doc["usage"] = agent.usage
         outcome.usage = agent.usage or None
-        headers = [
-            (b"content-type", content_type),
-            (b"content-length", b"%d" % len(payload)),
-            *response_headers,
-        ]
-        await call.respond(200, headers, payload)
+        await _respond(call, headers, orjson.dumps(doc), response_headers)
         return outcome
     raise rounds_exhausted()
 
 
-async def _fetch(ex: Exchanges, call: Call, up: UpstreamRequest) -> tuple[bytes, bytes] | None:
-    """One model call whose answer stays here: (content type, body); None when the client
-    went away. An upstream error answer is raised in the envelope, as `forward` does."""
-    got = await ex.read_answer(call, up)
-    if got is None:
-        return None
-    resp, payload, charge = got
-    ex.budget.give(charge)
-    if not 200 <= resp.status < 300:
-        raise upstream_error(resp.status, resp.headers, scrub(payload, up.secret))
-    return resp.header(b"content-type") or b"application/json", payload
+def _answer_doc(payload: bytes) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        raise fail("bad_upstream_response", "the upstream's answer is not JSON") from None
+    if not isinstance(doc, dict):
+        raise fail("bad_upstream_response", "the upstream's answer is not a JSON object")
+    return doc
+
+
+async def _respond(
+    call: Call, headers: list[tuple[bytes, bytes]], payload: bytes, extra: Headers
+) -> None:
+    await call.respond(200, [*headers, (b"content-length", b"%d" % len(payload)), *extra], payload)

@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from edgegw.mcp.settings import McpSettings, sse_url
-from edgegw.mcp.tools import McpTool, ToolResult
+from edgegw.mcp.tools import McpTool, Offered, ToolResult
 
 log = logging.getLogger("edgegw.mcp")
 
@@ -64,6 +64,7 @@ class McpClient:
         self._servers = [_Server(url) for url in settings.servers]
         self._by_url = {s.url: s for s in self._servers}
         self.tools: Mapping[str, McpTool] = MappingProxyType({})
+        self.offered = Offered.of(self.tools, settings.tool_mode == "selector")
         connect = settings.dial_timeout_s
         if any(url.startswith("https:") for url in settings.servers):
             connect += settings.tls_handshake_timeout_s  # httpx's connect covers the TLS handshake
@@ -257,6 +258,7 @@ class McpClient:
                     continue
                 catalogue[tool.exposed_name] = tool
         self.tools = MappingProxyType(catalogue)
+        self.offered = Offered.of(self.tools, self.settings.tool_mode == "selector")
 
 
 def _reason(e: BaseException) -> str:

@@ -13,7 +13,7 @@ import trio
 
 from edgegw.errors import GatewayError, fail
 from edgegw.mcp.settings import TOOL_PREFIX
-from edgegw.mcp.tools import McpTool, ToolResult
+from edgegw.mcp.tools import TOOLS_GET, Offered, ToolResult
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient
@@ -23,41 +23,6 @@ if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
 MAX_ROUNDS = 10
 # MCP tool calls of one turn running at once.
 MAX_PARALLEL_TOOL_CALLS = 8
-# Selector mode's meta-tools.
-TOOLS_GET = TOOL_PREFIX + "tools_get"
-TOOLS_EXECUTE = TOOL_PREFIX + "tools_execute"
-SELECTOR_TOOLS: tuple[dict[str, Any], ...] = (
-    {
-        "type": "function",
-        "function": {
-            "name": TOOLS_GET,
-            "description": "List the MCP tools available (name and description), optionally "
-            "filtered by a search query; with `names`, the full input schemas of those tools.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "Words to look for."},
-                    "names": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": TOOLS_EXECUTE,
-            "description": "Run one MCP tool by name with its arguments.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "description": "The tool's name."},
-                    "arguments": {"type": "object", "description": "The tool's arguments."},
-                },
-                "required": ["name"],
-            },
-        },
-    },
-)
 
 
 def rounds_exhausted() -> GatewayError:
@@ -67,52 +32,37 @@ def rounds_exhausted() -> GatewayError:
     )
 
 
+def refuse_prefixed(tool_names: Sequence[str]) -> None:
+    """A client tool named `mcp_...` is refused, not silently shadowed: the prefix names
+    the gateway's tools."""
+    if any(name.startswith(TOOL_PREFIX) for name in tool_names):
+        raise fail(
+            "invalid_request",
+            f"tool names starting with '{TOOL_PREFIX}' are the gateway's MCP tools",
+            param="tools",
+        )
+
+
 @dataclass
 class Agent:
-    """One request's agent state: the conversation as it grows and the tools offered."""
+    """One request's agent state: the conversation as it grows and the tools offered.
+    `first` is the first model call's body (the client's request with the tools added);
+    it is parsed only when the model calls an MCP tool."""
 
     mcp: McpClient
-    doc: dict[str, Any]
-    offered: Mapping[str, McpTool]
-    selector: bool
-    names: frozenset[str] = field(default=frozenset())
+    offer: Offered
+    first: bytes
+    doc: dict[str, Any] | None = None
+    rounds: int = 0
     usage: dict[str, int] = field(default_factory=dict)
 
-    @classmethod
-    def start(cls, mcp: McpClient, body: bytes) -> Agent:
-        doc = orjson.loads(body)
-        client_tools = doc.get("tools") or []
-        taken = {t.get("function", {}).get("name") for t in client_tools if isinstance(t, dict)}
-        for name in taken:
-            if isinstance(name, str) and name.startswith(TOOL_PREFIX):
-                # Refused, not silently shadowed: the prefix names the gateway's tools.
-                raise fail(
-                    "invalid_request",
-                    f"tool names starting with '{TOOL_PREFIX}' are the gateway's MCP tools",
-                    param="tools",
-                )
-        catalogue = {n: t for n, t in mcp.tools.items() if n not in taken}
-        selector = mcp.settings.tool_mode == "selector"
-        if selector:
-            added = [t for t in SELECTOR_TOOLS if t["function"]["name"] not in taken]
-        else:
-            added = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.exposed_name,
-                        "description": t.description,
-                        "parameters": dict(t.input_schema),
-                    },
-                }
-                for t in catalogue.values()
-            ]
-        doc["tools"] = [*client_tools, *added]
-        names = frozenset(t["function"]["name"] for t in added)
-        return cls(mcp, doc, catalogue, selector, names)
+    @property
+    def names(self) -> frozenset[str]:
+        return self.offer.names
 
     def body(self) -> bytes:
-        return orjson.dumps(self.doc)
+        self.rounds += 1
+        return self.first if self.doc is None else orjson.dumps(self.doc)
 
     def count(self, usage: object) -> None:
         if isinstance(usage, dict):
@@ -153,6 +103,8 @@ class Agent:
         self, message: Mapping[str, Any], calls: Sequence[Any], results: list[ToolResult]
     ) -> None:
         """Append the assistant's turn and one `tool` message per call."""
+        if self.doc is None:
+            self.doc = orjson.loads(self.first)
         messages = self.doc.setdefault("messages", [])
         turn = dict(message)
         turn["tool_calls"] = list(calls)
@@ -171,7 +123,7 @@ class Agent:
             args = None
         if not isinstance(args, dict):
             return ToolResult("Error: the arguments are not a JSON object", True)
-        if not self.selector:
+        if not self.offer.selector:
             return await self.mcp.call(str(name), args)
         if name == TOOLS_GET:
             return self._tools_get(args)
@@ -181,7 +133,7 @@ class Agent:
             return ToolResult("Error: mcp_tools_execute takes a name and an arguments object", True)
         if not target.startswith(TOOL_PREFIX):
             target = TOOL_PREFIX + target
-        if target not in self.offered:
+        if target not in self.offer.catalogue:
             return ToolResult(f"Error: no MCP tool is named {target}", True)
         return await self.mcp.call(target, arguments)
 
@@ -199,14 +151,14 @@ class Agent:
                     "description": t.description,
                     "input_schema": t.input_schema,
                 }
-                for t in self.offered.values()
+                for t in self.offer.catalogue.values()
                 if t.exposed_name in wanted
             ]
         else:
             query = str(args.get("query") or "").lower()
             found = [
                 {"name": t.exposed_name, "description": t.description}
-                for t in self.offered.values()
+                for t in self.offer.catalogue.values()
                 if query in t.exposed_name.lower() or query in t.description.lower()
             ]
         return ToolResult(orjson.dumps({"tools": found}).decode(), False)

@@ -29,12 +29,16 @@ from edgegw.gateway import Gateway
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import (
+    LocalRequest,
     check_request,
     named_profile,
     remote_forbidden,
     remote_target_forbidden,
 )
+from edgegw.local.fleet import LocalRuntime
 from edgegw.mcp import agent as mcp_agent
+from edgegw.mcp.models import LocalModel, RemoteModel
+from edgegw.mcp.tools import Offered
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
 
@@ -76,7 +80,11 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 forbid_remote=forbid,
                 gpu_aliases=gw.settings.gpu_aliases,
             )
-            served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
+            offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
+            if offered is None:
+                served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
+            else:
+                served = await _local_mcp(gw, call, req, rt, offered, forbid)
             if isinstance(served, local.NoLocalWorker):
                 reason, fallback = served.reason, rt.profile.remote_fallback
                 refusal = local_fallback.refusal(rt, reason)
@@ -171,15 +179,27 @@ async def _remote(
         )
     _refuse_unsupported(tuple(f for f in req.remote_unsupported if f not in drop), req.features)
     assert remote.model is not None
+    offered = mcp_agent.offer(gw.mcp, call, req)
     up = UpstreamRequest(
         origin=target.origin,
         target=target.path(provider.chat_path if chat else provider.completions_path),
         headers=target.sse_headers if req.stream else target.json_headers,
-        body=req.upstream_body(remote.model, (*target.omit, *drop), rename=provider.renamed_fields),
+        body=req.upstream_body(
+            remote.model,
+            (*target.omit, *drop),
+            rename=provider.renamed_fields,
+            tools=None if offered is None else offered.json,
+        ),
         secret=target.secret,
     )
-    if chat and gw.mcp is not None and mcp_agent.applies(gw.mcp, call, req.stream):
-        outcome = await mcp_agent.run(gw.exchanges, gw.mcp, call, up, req.stream, response_headers)
+    if offered is not None:
+        assert gw.mcp is not None
+        model = RemoteModel(gw.exchanges, up)
+        served = await mcp_agent.run(
+            gw.exchanges, gw.mcp, offered, model, call, up.body, req.stream, response_headers
+        )
+        assert isinstance(served, Outcome)  # only a local model goes unserved
+        outcome = served
     elif req.stream:
         outcome = await gw.exchanges.relay_sse(call, up, response_headers=response_headers)
     else:
@@ -187,6 +207,29 @@ async def _remote(
     if outcome.error is not None:
         outcome.status = 502
     return outcome
+
+
+async def _local_mcp(
+    gw: Gateway, call: Call, req: ParsedRequest, rt: LocalRuntime, offered: Offered, forbid: bool
+) -> Outcome | local.NoLocalWorker:
+    """A local chat request with MCP tools: every round served as the client's request is,
+    checked by the SIE contract (the tools added count against the profile's caps)."""
+    assert gw.mcp is not None
+
+    def check(r: ParsedRequest) -> LocalRequest:
+        return check_request(
+            call,
+            r,
+            rt,
+            default_max_tokens=gw.settings.default_max_tokens,
+            sdk_versions=gw.sdk_versions,
+            forbid_remote=forbid,
+            gpu_aliases=gw.settings.gpu_aliases,
+        )
+
+    model = LocalModel(gw.exchanges, gw.fleet, rt, check)
+    first = req.upstream_body(req.model, tools=offered.json)
+    return await mcp_agent.run(gw.exchanges, gw.mcp, offered, model, call, first, req.stream, ())
 
 
 def _refuse_unsupported(fields: tuple[str, ...], features: tuple[str, ...]) -> None:

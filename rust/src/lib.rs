@@ -148,6 +148,11 @@ mod binding {
         fn local_unsupported<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
             PyTuple::new(py, &self.inner.local_unsupported)
         }
+        /// The function names of the request's `tools`, in order.
+        #[getter]
+        fn tool_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, &self.inner.tool_names)
+        }
         #[getter]
         fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
             self.body.bind(py).clone()
@@ -155,22 +160,28 @@ mod binding {
 
         /// Compact JSON for the upstream: `model` replaced, `omit` fields left out, each
         /// `rename` (from, to) applied when the body has `from` and no `to`.
-        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new()))]
+        /// `tools`: the JSON of tool objects, comma-separated, appended to `tools`.
+        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new(), tools = None))]
         fn upstream_body<'py>(
             &self,
             py: Python<'py>,
             model: &str,
             omit: Vec<String>,
             rename: Vec<(String, String)>,
+            tools: Option<&[u8]>,
         ) -> Bound<'py, PyBytes> {
             let omit: Vec<&str> = omit.iter().map(String::as_str).collect();
             let rename: Vec<(&str, &str)> = rename
                 .iter()
                 .map(|(from, to)| (from.as_str(), to.as_str()))
                 .collect();
-            let out =
-                self.inner
-                    .upstream_body(self.body.bind(py).as_bytes(), model, &omit, &rename);
+            let out = self.inner.upstream_body_with_tools(
+                self.body.bind(py).as_bytes(),
+                model,
+                &omit,
+                &rename,
+                tools,
+            );
             PyBytes::new(py, &out)
         }
 

@@ -225,6 +225,8 @@ pub struct Parsed {
     pub remote_unsupported: Vec<&'static str>,
     /// The `fields` a local worker cannot honour ([`Reach::RemoteOnly`]), sorted.
     pub local_unsupported: Vec<&'static str>,
+    /// The names of the request's `tools` (validated), in order.
+    pub tool_names: Vec<String>,
     /// Members to forward: (name, start, end) into the body, in source order.
     spans: Vec<(&'static str, usize, usize)>,
 }
@@ -246,6 +248,21 @@ impl Parsed {
         omit: &[&str],
         rename: &[(&str, &str)],
     ) -> Vec<u8> {
+        self.upstream_body_with_tools(body, model, omit, rename, None)
+    }
+
+    /// [`Parsed::upstream_body`] with `tools` appended to the request's `tools` array (the
+    /// array made when the request has none, or `null`): `tools` is the comma-separated
+    /// JSON of the tool objects, written as given (the gateway's own tools, serialized once
+    /// per catalogue, added without parsing the request again).
+    pub fn upstream_body_with_tools(
+        &self,
+        body: &[u8],
+        model: &str,
+        omit: &[&str],
+        rename: &[(&str, &str)],
+        tools: Option<&[u8]>,
+    ) -> Vec<u8> {
         // The name each forwarded member is written under (None: omitted).
         let mut names: Vec<Option<&str>> = self
             .spans
@@ -260,9 +277,11 @@ impl Parsed {
                 *slot = Some(to);
             }
         }
-        let mut out = Vec::with_capacity(body.len() + 16);
+        let extra = tools.map_or(0, <[u8]>::len);
+        let mut out = Vec::with_capacity(body.len() + 16 + extra);
         out.push(b'{');
         let mut first = true;
+        let mut tools = tools.filter(|t| !t.is_empty());
         for (&(name, start, end), written) in self.spans.iter().zip(names) {
             let Some(written) = written else {
                 continue;
@@ -275,13 +294,42 @@ impl Parsed {
             out.push(b':');
             if name == "model" {
                 json::write_string(&mut out, model);
+            } else if let (true, Some(added)) = (name == "tools", tools) {
+                tools = None;
+                append_to_array(&mut out, &body[start..end], added);
             } else {
                 out.extend_from_slice(&body[start..end]);
             }
         }
+        if let Some(added) = tools {
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"tools\":[");
+            out.extend_from_slice(added);
+            out.push(b']');
+        }
         out.push(b'}');
         out
     }
+}
+
+/// Write `value` (a validated `tools` member: an array or `null`) with `added` appended.
+fn append_to_array(out: &mut Vec<u8>, value: &[u8], added: &[u8]) {
+    let trimmed = value.trim_ascii();
+    match trimmed
+        .strip_prefix(b"[")
+        .and_then(|v| v.strip_suffix(b"]"))
+    {
+        Some(inner) if !inner.trim_ascii().is_empty() => {
+            out.push(b'[');
+            out.extend_from_slice(inner);
+            out.push(b',');
+        }
+        _ => out.push(b'['),
+    }
+    out.extend_from_slice(added);
+    out.push(b']');
 }
 
 pub fn parse_chat(body: &[u8]) -> Result<Parsed, Rejection> {
@@ -323,6 +371,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         features: Vec::new(),
         remote_unsupported: Vec::new(),
         local_unsupported: Vec::new(),
+        tool_names: Vec::new(),
         spans: Vec::with_capacity(members.len()),
     };
 
@@ -357,6 +406,9 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     if endpoint == Endpoint::Chat {
         let rf = check_response_format(&mut p, get("response_format"))?;
         let has_tools = check_tools(get("tools"))?;
+        if has_tools {
+            p.tool_names = tool_names(get("tools"));
+        }
         check_tool_choice(get("tool_choice"), has_tools, rf)?;
         if let Some(best_of) = p.best_of {
             if p.stream {
@@ -995,6 +1047,17 @@ fn check_response_format(p: &mut Parsed, v: Option<&Value>) -> Result<Constraint
     }
 }
 
+/// The function names of validated `tools`.
+fn tool_names(v: Option<&Value>) -> Vec<String> {
+    let Some(Value::Array(items)) = v else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|t| t.get("function")?.get("name")?.as_str().map(str::to_owned))
+        .collect()
+}
+
 /// Returns whether tools were given.
 fn check_tools(v: Option<&Value>) -> Result<bool, Rejection> {
     let items = match v {
@@ -1232,6 +1295,34 @@ mod tests {
         );
         let ok = r#"{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"r"},{"role":"user","content":[{"type":"text","text":"t"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AA=="}}]}]}"#;
         assert!(parse_chat(ok.as_bytes()).unwrap().has_images);
+    }
+
+    #[test]
+    fn upstream_body_appends_tools() {
+        let added = br#"{"type":"function","function":{"name":"mcp_a"}}"#;
+        let write = |body: &str| {
+            let p = parse_chat(body.as_bytes()).unwrap();
+            let out = p.upstream_body_with_tools(body.as_bytes(), "up", &[], &[], Some(added));
+            (p.tool_names.clone(), String::from_utf8(out).unwrap())
+        };
+        let msgs = r#""messages":[{"role":"user","content":"hi"}]"#;
+        let (names, out) = write(&format!(
+            r#"{{"model":"m",{msgs},"tools":[ {{"type":"function","function":{{"name":"mine"}}}} ] }}"#
+        ));
+        assert_eq!(names, ["mine"]);
+        assert_eq!(
+            out,
+            format!(
+                r#"{{"model":"up",{msgs},"tools":[ {{"type":"function","function":{{"name":"mine"}}}} ,{}]}}"#,
+                std::str::from_utf8(added).unwrap()
+            )
+        );
+        let added_only = format!(r#""tools":[{}]"#, std::str::from_utf8(added).unwrap());
+        let (names, out) = write(&format!(r#"{{"model":"m",{msgs}}}"#));
+        assert!(names.is_empty());
+        assert_eq!(out, format!(r#"{{"model":"up",{msgs},{added_only}}}"#));
+        let (_, out) = write(&format!(r#"{{"model":"m","tools":null,{msgs}}}"#));
+        assert_eq!(out, format!(r#"{{"model":"up",{added_only},{msgs}}}"#));
     }
 
     #[test]
