@@ -182,6 +182,9 @@ class Script:
     finish_abort: str | None = None  # end every candidate at once: abort, status_code 400
     overloaded: bool = False  # the request queue is full: abort with status_code 503
     api_key: str | None = None  # when set, require `Authorization: Bearer <key>`
+    # Chat only: given the request's JSON, the tool calls (name, arguments) to answer with
+    # instead of text, or None for the usual text answer (SGLang's tool-call parser output).
+    tool_reply: Callable[[dict[str, Any]], list[tuple[str, dict[str, Any]]] | None] | None = None
     weight_version: str = "default"
     version: str = "0.5.4"
 
@@ -587,6 +590,10 @@ class FakeSGLang:
             request = _parse_openai(chat, payload, script.served_name)
         except _Validation as exc:
             return _flat(400, str(exc), "Bad Request")
+        if chat and script.tool_reply is not None:
+            calls = script.tool_reply(payload)
+            if calls:
+                return _tool_answer(payload, request, calls)
         try:
             gen = self._prepare(request, script)
         except _Type as exc:  # pydantic checks these fields' types on /v1/*
@@ -1142,6 +1149,46 @@ def _native_failure(status: int) -> _Reply:
     if status == 500:
         return _Reply(500, b"Internal Server Error", _TEXT)
     return _flat(status, f"scripted failure ({status})", str(status))
+
+
+def _tool_answer(
+    payload: dict[str, Any], request: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+) -> Any:
+    """A chat answer calling `calls` (ids call_0, ...), as SGLang's tool-call parser writes
+    it: a whole message, or a stream with one delta per call, `finish_reason: tool_calls`."""
+    rid = request["rid"] or f"chatcmpl-{uuid.uuid4().hex}"
+    model = payload.get("model", "default")
+    tcs = [
+        {"id": f"call_{i}", "index": i, "type": "function",
+         "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
+        for i, (name, args) in enumerate(calls)
+    ]  # fmt: skip
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    base = {"id": rid, "created": int(time.time()), "model": model}
+    if not request["stream"]:
+        message = {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": None,
+            "tool_calls": [{k: v for k, v in tc.items() if k != "index"} for tc in tcs],
+        }
+        doc = {**base, "object": "chat.completion", "usage": usage,
+               "choices": [{"index": 0, "message": message, "logprobs": None,
+                            "finish_reason": "tool_calls", "matched_stop": None}]}  # fmt: skip
+        return _Reply(200, orjson.dumps(doc))
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+                  "matched_stop": None}  # fmt: skip
+        return _sse({**base, "object": "chat.completion.chunk", "choices": [choice], "usage": None})
+
+    body = chunk({"role": "assistant", "content": ""})
+    body += b"".join(chunk({"tool_calls": [tc]}) for tc in tcs)
+    body += chunk({}, "tool_calls")
+    options = payload.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        body += _sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    return _stream_then(body + _DONE)
 
 
 def _stream_then(body: bytes | None) -> Work:
