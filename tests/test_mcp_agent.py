@@ -3,6 +3,8 @@ scripted model (tests/scripted_model.py) that calls tools."""
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 import openai
@@ -82,6 +84,17 @@ async def test_a_tool_call_is_executed_and_the_final_answer_returned(
     assert [m["role"] for m in second["messages"]] == ["user", "assistant", "tool"]
     assert second["messages"][1]["tool_calls"][0]["function"]["name"] == "mcp_add"
     assert second["messages"][2]["tool_call_id"] == "call_0"
+
+
+async def test_each_tool_execution_is_logged_without_its_arguments(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="edgegw.mcp")
+    _, _, port = await setup(nursery, add_then_answer)
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("mcp tool ")]
+    assert len(lines) == 1 and re.fullmatch(r"mcp tool mcp_add: ok in [0-9.]+ ms", lines[0])
 
 
 async def test_tool_calls_are_counted(nursery: trio.Nursery) -> None:

@@ -4,6 +4,7 @@ non-streaming loop (edgegw.mcp.agent) and the streaming one (edgegw.mcp.stream).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,8 @@ from edgegw.mcp.tools import TOOLS_GET, Offered, ToolResult
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient
+
+log = logging.getLogger("edgegw.mcp")
 
 # Model calls of one request (inference-gateway's MaxAgentIterations): a model that keeps
 # calling tools gets an error, not an endless bill.
@@ -92,7 +95,17 @@ class Agent:
 
         async def one(i: int, tc: Mapping[str, Any]) -> None:
             async with limiter:
-                results[i] = await self._run_tool(tc)
+                started = trio.current_time()
+                results[i] = result = await self._run_tool(tc)
+                # One line per execution: the tool, its outcome and duration (the arguments
+                # and the result only at DEBUG: they may hold anything).
+                log.info(
+                    "mcp tool %.100s: %s in %.1f ms",
+                    (tc.get("function") or {}).get("name"),
+                    "error" if result.is_error else "ok",
+                    (trio.current_time() - started) * 1000,
+                )
+                log.debug("mcp tool %.100s result: %.500s", tc.get("id"), result.content)
 
         async with trio.open_nursery() as nursery:
             for i, tc in enumerate(calls):
