@@ -40,6 +40,11 @@ class ToolServer:
                 self.running -= 1
             return f"slept {seconds}"
 
+        @srv.tool(description="Always fails.")
+        async def broken(reason: str) -> str:
+            self.calls.append("broken")
+            raise ValueError(f"broken on purpose: {reason}")
+
         @srv.tool(description="Add the tool `extra` and tell clients the list changed.")
         async def grow(ctx: Context) -> str:
             self.calls.append("grow")

@@ -62,7 +62,7 @@ async def test_tools_listed_in_both_shapes(nursery: trio.Nursery) -> None:
     assert doc["object"] == "list"
     assert doc["tools"] == doc["data"]
     by_name = {t["name"]: t for t in doc["data"]}
-    assert set(by_name) == {"mcp_add", "mcp_slow", "mcp_grow"}
+    assert set(by_name) == {"mcp_add", "mcp_slow", "mcp_broken", "mcp_grow"}
     add = by_name["mcp_add"]
     assert add["description"] == "Add two integers."
     assert add["server"] == url
@@ -93,7 +93,7 @@ async def test_exposed_but_disabled_is_an_empty_list(nursery: trio.Nursery) -> N
     ("env", "expected"),
     [
         ({"MCP_INCLUDE_TOOLS": "MCP_ADD, slow"}, {"mcp_add", "mcp_slow"}),
-        ({"MCP_EXCLUDE_TOOLS": "mcp_grow"}, {"mcp_add", "mcp_slow"}),
+        ({"MCP_EXCLUDE_TOOLS": "mcp_grow,broken"}, {"mcp_add", "mcp_slow"}),
         # An include list wins over the exclude list.
         ({"MCP_INCLUDE_TOOLS": "add", "MCP_EXCLUDE_TOOLS": "add"}, {"mcp_add"}),
     ],
@@ -114,7 +114,7 @@ async def test_sse_fallback_on_4xx(nursery: trio.Nursery) -> None:
     )
     gw = await start_gateway(nursery, mcp_env(url, MCP_POLLING_ENABLED="false"))
     doc = await tool_list(gw.port)
-    assert {t["name"] for t in doc["data"]} == {"mcp_add", "mcp_slow", "mcp_grow"}
+    assert {t["name"] for t in doc["data"]} == {"mcp_add", "mcp_slow", "mcp_broken", "mcp_grow"}
 
 
 async def test_server_down_at_start_appears_later(nursery: trio.Nursery) -> None:

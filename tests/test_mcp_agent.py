@@ -116,7 +116,7 @@ async def test_client_tools_are_kept_beside_mcp_tools(nursery: trio.Nursery) -> 
     assert resp.status == 200, resp.body
     names = [t["function"]["name"] for t in model.bodies[0]["tools"]]
     assert names[0] == "get_weather"
-    assert set(names) == {"get_weather", "mcp_add", "mcp_slow", "mcp_grow"}
+    assert set(names) == {"get_weather", "mcp_add", "mcp_slow", "mcp_broken", "mcp_grow"}
 
 
 async def test_a_client_tool_named_like_an_mcp_tool_is_refused(nursery: trio.Nursery) -> None:
@@ -171,6 +171,22 @@ async def test_a_tool_timeout_is_an_error_result_for_the_model(nursery: trio.Nur
     assert resp.status == 200, resp.body
     content = orjson.loads(resp.body)["choices"][0]["message"]["content"]
     assert content.startswith("gave up: Error:") and "timed out" in content
+
+
+async def test_a_failing_tool_is_an_error_result_for_the_model(nursery: trio.Nursery) -> None:
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        if not last_tool_results(body):
+            return tool_calls(("mcp_broken", {"reason": "test"}), ("mcp_add", {"a": 1, "b": 2}))
+        return text(orjson.dumps(last_tool_results(body)).decode())
+
+    tools, _, port = await setup(nursery, script)
+    resp = await request(port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body  # a failing tool is never an HTTP error
+    results = orjson.loads(orjson.loads(resp.body)["choices"][0]["message"]["content"])
+    broken = orjson.loads(results["call_0"])  # what the model read: the server's error result
+    assert broken["isError"] is True and "broken" in broken["content"][0]["text"]
+    assert orjson.loads(results["call_1"])["structuredContent"] == {"result": 3}
+    assert sorted(tools.calls) == ["add", "broken"]
 
 
 async def test_list_changed_refreshes_the_catalogue(nursery: trio.Nursery) -> None:
