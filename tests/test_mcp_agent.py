@@ -163,10 +163,12 @@ async def test_tool_calls_of_one_turn_run_concurrently(nursery: trio.Nursery) ->
 async def test_a_tool_timeout_is_an_error_result_for_the_model(nursery: trio.Nursery) -> None:
     def script(body: dict[str, Any]) -> dict[str, Any]:
         if not last_tool_results(body):
-            return tool_calls(("mcp_slow", {"seconds": 5}))
+            return tool_calls(("mcp_slow", {"seconds": 30}))
         return text("gave up: " + last_tool_results(body)["call_0"])
 
-    _, model, port = await setup(nursery, script, MCP_REQUEST_TIMEOUT="200ms")
+    # The same bound holds the connection's initialize: short enough to keep the test
+    # quick, long enough for a loaded machine's handshake.
+    _, model, port = await setup(nursery, script, MCP_REQUEST_TIMEOUT="1s")
     resp = await request(port, "POST", "/v1/chat/completions", chat())
     assert resp.status == 200, resp.body
     content = orjson.loads(resp.body)["choices"][0]["message"]["content"]
