@@ -19,7 +19,6 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "A2A_": "agent-to-agent endpoints are not part of edgegw",
     "MCP_RESPONSE_HEADER_TIMEOUT": "each MCP request is bounded whole by MCP_REQUEST_TIMEOUT",
     "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
-    "ROUTING_": "model routing is not implemented yet: aliases are not resolved",
     "GUARDRAILS_": "guardrails are not implemented yet",
     "TELEMETRY_TRACING_": "tracing is not implemented yet: no spans are exported",
     "DEBUG_CONTENT_TRUNCATE_WORDS": "edgegw logs no prompt or completion text",
@@ -41,6 +40,9 @@ NOT_IMPLEMENTED: dict[str, str] = {
 
 # MCP_* variables that act with MCP_ENABLED unset (MCP_EXPOSE: an empty tool list).
 MCP_WITHOUT_MCP = frozenset({"MCP_ENABLED", "MCP_EXPOSE"})
+
+# The routing variables (edgegw.routing.config); the path acts only with ROUTING_ENABLED.
+ROUTING = frozenset({"ROUTING_ENABLED", "ROUTING_CONFIG_PATH"})
 
 # Settings that ask for protection: set (an *_ENABLED one: to a true value) and not
 # implemented, they stop the start. Each is (variable, what to do).
@@ -81,12 +83,19 @@ def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> l
     """One warning per variable that is set and that edgegw does not act on."""
     known = KNOWN_EDGEGW | set(extra_known)
     mcp_off = not _enabled(environ.get("MCP_ENABLED", ""))
+    routing_off = not _enabled(environ.get("ROUTING_ENABLED", ""))
     out = []
     for name in sorted(environ):
         if not environ[name].strip():
             continue
         if mcp_off and name.startswith("MCP_") and name not in MCP_WITHOUT_MCP:
             out.append(f"{name} is set but not honoured: MCP_ENABLED is not true")
+            continue
+        if name.startswith("ROUTING_") and name != "ROUTING_ENABLED":
+            if name not in ROUTING:
+                out.append(f"{name} is set but edgegw has no such setting (a typo?)")
+            elif routing_off:
+                out.append(f"{name} is set but not honoured: ROUTING_ENABLED is not true")
             continue
         for key, why in NOT_IMPLEMENTED.items():
             if name == key or (key.endswith("_") and name.startswith(key)):

@@ -63,6 +63,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "bad_upstream_response": (502, "server_error"),
     "upstream_error": (502, "server_error"),
     "mcp_rounds_exhausted": (502, "server_error"),
+    # every deployment of a routing alias is out (breaker open, Retry-After pending)
+    "no_deployment_available": (503, "server_error"),
     # -- local workers (SIE's codes)
     "provisioning": (503, "server_error"),
     "transport_failure": (503, "server_error"),

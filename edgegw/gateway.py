@@ -15,6 +15,7 @@ from edgegw.models.catalog import ModelCatalog
 from edgegw.providers import Target
 from edgegw.relay import Exchanges
 from edgegw.resolve import Resolver
+from edgegw.routing.router import Router
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
@@ -52,6 +53,8 @@ class Gateway:
     verifier: OidcVerifier | None = None
     # The MCP servers' client when MCP_ENABLED (started by serve()); None otherwise.
     mcp: McpClient | None = None
+    # Model routing's aliases and per-process state when ROUTING_ENABLED; None otherwise.
+    router: Router | None = None
 
     @property
     def pool(self) -> UpstreamPool:
@@ -86,6 +89,7 @@ def build_gateway(
         client_keys=ClientKeys(settings),
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
+        router=None if settings.routing is None else Router(settings.routing, telemetry),
     )
 
 

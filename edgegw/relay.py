@@ -10,7 +10,7 @@ native-API routes (`raw_errors`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -43,6 +43,9 @@ class UpstreamRequest:
     method: bytes = b"POST"
     # The provider's key: scrubbed from any upstream text relayed to the client.
     secret: bytes | None = None
+    # Called with the upstream's answer head before anything is written to the client; it
+    # may raise to refuse the answer (model routing then tries another deployment).
+    screen: Callable[[Response], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,8 @@ class Exchanges:
             with self.open(call, self.first_byte_timeout_s) as ex:
                 resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
                 try:
+                    if up.screen is not None:
+                        up.screen(resp)
                     ex.allow(self.idle_timeout_s)
                     payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
                 finally:
@@ -144,6 +149,8 @@ class Exchanges:
         with self.open(call, self.first_byte_timeout_s) as ex:
             resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
             try:
+                if up.screen is not None:
+                    up.screen(resp)
                 if not 200 <= resp.status < 300:
                     ex.allow(self.idle_timeout_s)
                     payload = await _error_body(resp, up.secret, self.budget)

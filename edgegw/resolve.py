@@ -102,12 +102,19 @@ class Resolver:
         return target
 
     def allowed(self, pid: str, model: str) -> bool:
+        return self.name_allowed(f"{pid}/{model}")
+
+    def name_allowed(self, name: str) -> bool:
+        """`name` as the client sent it: `provider/model`, or a routing alias."""
         s = self.settings
-        return model_allowed(s.allowed_models, s.disallowed_models, f"{pid}/{model}")
+        return model_allowed(s.allowed_models, s.disallowed_models, name)
 
     def check_allowed(self, pid: str, model: str) -> None:
+        self.check_name_allowed(f"{pid}/{model}")
+
+    def check_name_allowed(self, name: str) -> None:
         """ALLOWED_MODELS / DISALLOWED_MODELS: 403 with inference-gateway's messages."""
-        if not self.allowed(pid, model):
+        if not self.name_allowed(name):
             message = (
                 "Model not allowed. Please check the list of allowed models."
                 if self.settings.allowed_models

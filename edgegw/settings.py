@@ -5,6 +5,10 @@ the environment variables), the environment, the command line. Variable names fo
 inference-gateway (`SERVER_HOST`, `<ID>_API_URL`, `<ID>_API_KEY`, ...) so that its
 deployments switch without edits. A bad value stops the start with a message naming
 the variable; no secret value is ever printed.
+
+Longer than the guide because it is the one place where every variable is read and checked,
+in effect one table; the features with settings of their own (MCP, routing) parse them in
+their own modules.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models, parse_gpu_aliases
 from edgegw.mcp.settings import McpSettings, McpSettingsError
 from edgegw.providers import PROVIDERS, ProviderConfig
+from edgegw.routing.config import RoutingConfig, RoutingConfigError, routing_from_env
 
 DEFAULT_MAX_BODY_BYTES = 10 * 1024 * 1024  # inference-gateway's SERVER_MAX_REQUEST_BODY_SIZE
 DEFAULT_MAX_TOKENS = 1024  # SIE_GATEWAY_DEFAULT_MAX_TOKENS, the SIE spec's default
@@ -121,6 +126,8 @@ class Settings:
     max_connections: int = DEFAULT_LIMITS.max_connections
     # MCP tools (MCP_*; edgegw.mcp.settings has the table).
     mcp: McpSettings = field(default_factory=McpSettings)
+    # Model routing (ROUTING_ENABLED, ROUTING_CONFIG_PATH; edgegw.routing); None when off.
+    routing: RoutingConfig | None = None
 
     @classmethod
     def load(
@@ -145,7 +152,11 @@ class Settings:
                     raise SettingsError(str(e)) from None
         merged.update(environ if environ is not None else os.environ)
         settings = _build(merged, overrides or {})
-        return replace(settings, local_models=local_models) if local_models else settings
+        try:  # after the providers and the local models: the deployments must name them
+            routing = routing_from_env(merged, settings.providers, {m.name for m in local_models})
+        except RoutingConfigError as e:
+            raise SettingsError(str(e)) from None
+        return replace(settings, local_models=local_models, routing=routing)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

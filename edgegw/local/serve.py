@@ -83,7 +83,9 @@ async def serve(
     req: ParsedRequest,
     rt: LocalRuntime,
     lreq: LocalRequest,
+    response_headers: Headers = (),
 ) -> Outcome | NoLocalWorker:
+    """`response_headers`: added to the answer (model routing's X-Selected-*)."""
     chat = req.endpoint == "chat"
     candidates = fleet.candidates(rt, lreq.pool, lreq.machine_profile)
     if (lreq.pool or lreq.machine_profile) and not candidates:
@@ -109,7 +111,11 @@ async def serve(
     if isinstance(opened, NoLocalWorker):
         return opened
     worker, resp = opened.worker, opened.resp
-    extra = ((b"x-sie-served-by", b"local"), (b"x-sie-request-id", rid.encode()))
+    extra = (
+        (b"x-sie-served-by", b"local"),
+        (b"x-sie-request-id", rid.encode()),
+        *response_headers,
+    )
     outcome = Outcome()
     normalizer = ChatStream(
         rid,

@@ -2,7 +2,9 @@
 
   1. read the body under `SERVER_MAX_REQUEST_BODY_SIZE` (413) and parse and validate it in
      the Rust core (400 `invalid_request` / `unsupported_field`);
-  2. resolve the target (edgegw.resolve): `?provider=`, a local model, `provider/model`;
+  2. resolve the target (edgegw.resolve): `?provider=`, a routing alias (edgegw.routing:
+     its deployments tried in turn by `Trip.run`, each through step 3 or 4 with the
+     X-Selected-Provider / X-Selected-Model headers), a local model, `provider/model`;
   3. local: the SIE contract (edgegw.local.contract), then a worker (edgegw.local.serve);
      with no worker able to serve, the profile's `remote_fallback` when its triggers list
      the reason and `X-SIE-Remote` is not `forbid` (edgegw.local.fallback: the disclosure
@@ -41,6 +43,8 @@ from edgegw.mcp.models import LocalModel, RemoteModel
 from edgegw.mcp.tools import Offered
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
+from edgegw.routing.config import LOCAL, Deployment
+from edgegw.routing.router import Failover, Pool, Screen
 
 log = logging.getLogger("edgegw.app")
 
@@ -67,8 +71,18 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     try:
         # SIE: the header is checked for every target; `forbid` refuses a remote one.
         forbid = remote_forbidden(call)
-        target, named = _target(gw, call, req.model)
-        if isinstance(target, Local):
+        pool = _alias(gw, call, req.model)
+        target, named = (None, False) if pool is not None else _target(gw, call, req.model)
+        if pool is not None:
+            assert gw.router is not None
+            trip = gw.router.trip(pool)
+            try:
+                outcome = await trip.run(
+                    lambda d, screen: _deployment(gw, call, req, forbid, d, screen)
+                )
+            finally:
+                provider = "unknown" if trip.selected is None else trip.selected.provider
+        elif isinstance(target, Local):
             provider = "local"
             rt = target.runtime
             lreq = check_request(
@@ -110,6 +124,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             else:
                 outcome = served
         else:
+            assert target is not None
             provider = target.target.provider.id
             if forbid:
                 raise remote_target_forbidden()
@@ -144,6 +159,52 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
         )
 
 
+def _alias(gw: Gateway, call: Call, model: str) -> Pool | None:
+    """The routing alias `model` names exactly (never with `?provider=`), allowed as sent."""
+    if gw.router is None or call.provider_param() is not None:
+        return None
+    pool = gw.router.pool(model)
+    if pool is not None:
+        gw.resolver.check_name_allowed(model)
+    return pool
+
+
+async def _deployment(
+    gw: Gateway, call: Call, req: ParsedRequest, forbid: bool, d: Deployment, screen: Screen
+) -> Outcome:
+    """One attempt of a routed request: deployment `d`, local or remote, as if named."""
+    headers = (
+        (b"x-selected-provider", d.provider.encode()),
+        (b"x-selected-model", d.model.encode()),
+    )
+    if d.provider == LOCAL:
+        rt = gw.fleet.models[d.model]
+        lreq = check_request(
+            call,
+            req,
+            rt,
+            default_max_tokens=gw.settings.default_max_tokens,
+            sdk_versions=gw.sdk_versions,
+            forbid_remote=forbid,
+            gpu_aliases=gw.settings.gpu_aliases,
+        )
+        offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
+        if offered is None:
+            served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq, headers)
+        else:
+            screen.last = True  # tools may run: the request is not tried twice
+            served = await _local_mcp(gw, call, req, rt, offered, forbid, headers)
+        if not isinstance(served, local.NoLocalWorker):
+            return served
+        if screen.last:
+            raise local_fallback.refusal(rt, served.reason)
+        raise Failover("no_worker")
+    if forbid:
+        raise remote_target_forbidden()
+    remote = Remote(gw.resolver.target(d.provider, param="model"), d.model)
+    return await _remote(gw, call, req, remote, headers, screen=screen)
+
+
 def _target(gw: Gateway, call: Call, model: str) -> tuple[Local | Remote, bool]:
     """Where the request goes, and whether it named a local model's profile
     (`model:profile`, served as written: never a fallback)."""
@@ -165,8 +226,10 @@ async def _remote(
     remote: Remote,
     response_headers: Headers,
     drop: tuple[str, ...] = (),
+    screen: Screen | None = None,
 ) -> Outcome:
-    """`drop`: fields left out of the body (a local model's fallback), not refused."""
+    """`drop`: fields left out of the body (a local model's fallback), not refused;
+    `screen`: model routing's look at the answer head (edgegw.routing.router)."""
     chat = req.endpoint == "chat"
     target = remote.target
     provider = target.provider
@@ -191,9 +254,13 @@ async def _remote(
             tools=None if offered is None else offered.json,
         ),
         secret=target.secret,
+        screen=screen,
     )
     if offered is not None:
         assert gw.mcp is not None
+        if screen is not None:
+            # Tools may have run before an upstream fails: the request is not tried twice.
+            up.screen, screen.last = None, True
         model = RemoteModel(gw.exchanges, up)
         served = await mcp_agent.run(
             gw.exchanges, gw.mcp, offered, model, call, up.body, req.stream, response_headers
@@ -210,7 +277,13 @@ async def _remote(
 
 
 async def _local_mcp(
-    gw: Gateway, call: Call, req: ParsedRequest, rt: LocalRuntime, offered: Offered, forbid: bool
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    rt: LocalRuntime,
+    offered: Offered,
+    forbid: bool,
+    response_headers: Headers = (),
 ) -> Outcome | local.NoLocalWorker:
     """A local chat request with MCP tools: every round served as the client's request is,
     checked by the SIE contract (the tools added count against the profile's caps)."""
@@ -229,7 +302,9 @@ async def _local_mcp(
 
     model = LocalModel(gw.exchanges, gw.fleet, rt, check)
     first = req.upstream_body(req.model, tools=offered.json)
-    return await mcp_agent.run(gw.exchanges, gw.mcp, offered, model, call, first, req.stream, ())
+    return await mcp_agent.run(
+        gw.exchanges, gw.mcp, offered, model, call, first, req.stream, response_headers
+    )
 
 
 def _refuse_unsupported(fields: tuple[str, ...], features: tuple[str, ...]) -> None:

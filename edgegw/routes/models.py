@@ -1,5 +1,5 @@
 """GET /v1/models: `?provider=`, `include=`, every configured provider's list (from
-edgegw.models.catalog) and the local models."""
+edgegw.models.catalog), the local models and the routing aliases."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ async def list_models(gw: Gateway, call: Call) -> None:
     doc = await gw.catalog.answer(provider, include)
     if provider is None and gw.fleet.models:
         doc["data"] = [*_local_models(gw, include), *doc["data"]]
+    if provider is None and gw.router is not None:
+        doc["data"] = [*_aliases(gw, include), *doc["data"]]
     await call.respond_json(200, orjson.dumps(doc))
 
 
@@ -54,6 +56,24 @@ def _local_models(gw: Gateway, include: Sequence[str]) -> list[dict[str, Any]]:
             inputs = ["text", "image"] if rt.profile.image_inputs else ["text"]
             entry["modalities"] = {"input": inputs, "output": ["text"]}
         out.append(entry)
+    return out
+
+
+def _aliases(gw: Gateway, include: Sequence[str]) -> list[dict[str, Any]]:
+    """The routing aliases, first, as clients name them: `owned_by: "edgegw-router"`,
+    `served_by: "router"`; metadata `null` (each deployment has its own)."""
+    assert gw.router is not None
+    out = []
+    for name in gw.router.config.aliases:
+        if gw.resolver.name_allowed(name):
+            entry: dict[str, Any] = {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "edgegw-router",
+                "served_by": "router",
+            }
+            out.append(entry | dict.fromkeys(include))
     return out
 
 

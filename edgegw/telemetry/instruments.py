@@ -53,6 +53,11 @@ LABEL_ORDER = (
     "gen_ai_token_type",
     "gen_ai_tool_name",
     "gen_ai_tool_type",
+    "routing_alias",
+    "routing_deployment",
+    "outcome",
+    "reason",
+    "state",
     "error_type",
 )
 _RANK = {name: i for i, name in enumerate(LABEL_ORDER)}
@@ -194,6 +199,30 @@ class Counter(_Family):
         yield metric
 
 
+class Gauge(_Family):
+    """A value per label set that goes up and down (a breaker's state)."""
+
+    kind = "gauge"
+
+    def __init__(self, name: str, documentation: str, max_series: int = MAX_SERIES) -> None:
+        super().__init__(name, documentation, max_series)
+        self._series: dict[Labels, float] = {}
+
+    def set(self, key: Labels, value: float) -> None:
+        self._series[self._fold(key, self._series)] = value
+
+    def snapshot(self) -> Gauge:
+        copy = Gauge(self.name, self.documentation, self.max_series)
+        copy._series = dict(self._series)
+        return copy
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(self.name, self.documentation, "gauge")
+        for key, value in self._series.items():
+            metric.add_sample(self.name, dict(key), value)
+        yield metric
+
+
 class Snapshot:
     """The instruments' values at one moment: a collector to render off the Trio thread
     (rendering 2,000 series per metric takes about a second)."""
@@ -259,6 +288,51 @@ INSTRUMENTS = (
         None,
     ),
 )
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingInstruments:
+    """Model routing's own metrics (edgegw.routing): not pushable, the gateway's alone."""
+
+    attempts: Counter
+    failovers: Counter
+    breaker_state: Gauge
+
+    def families(self) -> tuple[Counter | Gauge, ...]:
+        return (self.attempts, self.failovers, self.breaker_state)
+
+
+# A breaker's states: one series each, 1 for the current one, so that the sum over the
+# workers of `serve --workers N` counts the workers seeing each state.
+BREAKER_STATES = ("closed", "half_open", "open")
+
+
+def open_routing_instruments(
+    registry: CollectorRegistry, max_series: int = MAX_SERIES
+) -> RoutingInstruments:
+    out = RoutingInstruments(
+        attempts=Counter(
+            "inference_gateway_routing_attempts",
+            "Deployments tried for requests naming a routing alias, by outcome "
+            "(ok, failover, error).",
+            max_series,
+        ),
+        failovers=Counter(
+            "inference_gateway_routing_failovers",
+            "Requests moved from a deployment to the next before their first byte, by reason "
+            "(the upstream's status, connect, no_worker).",
+            max_series,
+        ),
+        breaker_state=Gauge(
+            "inference_gateway_routing_breaker_state",
+            "Circuit breaker state per deployment: 1 for the state it is in (closed, "
+            "half_open, open), 0 for the others.",
+            max_series,
+        ),
+    )
+    for family in out.families():
+        registry.register(family)
+    return out
 
 
 def open_instruments(

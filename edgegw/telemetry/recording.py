@@ -24,12 +24,14 @@ from edgegw._core import (
 )
 from edgegw.settings import Settings
 from edgegw.telemetry.instruments import (
+    BREAKER_STATES,
     MAX_SERIES,
     Counter,
     Histogram,
     Snapshot,
     labels,
     open_instruments,
+    open_routing_instruments,
 )
 from edgegw.telemetry.otlp import Resource, decode_json
 from edgegw.telemetry.scrape import metrics_server
@@ -55,6 +57,7 @@ class Telemetry:
         self.registry = CollectorRegistry(auto_describe=False)
         # OTel name -> instrument.
         self.instruments = open_instruments(self.registry, max_series)
+        self.routing = open_routing_instruments(self.registry, max_series)
         # The scrape server's port once it listens (useful with TELEMETRY_METRICS_PORT=0).
         self.metrics_port: int | None = None
         self._worker_limiter = trio.CapacityLimiter(WORKER_THREADS)
@@ -117,6 +120,24 @@ class Telemetry:
             )
             calls.inc(key)
 
+    # --- model routing (edgegw.routing.router.RoutingMetrics) ----------------------------
+
+    def record_routing_attempt(self, alias: str, deployment: str, outcome: str) -> None:
+        if self.settings.telemetry_enabled:
+            key = {"routing_alias": alias, "routing_deployment": deployment, "outcome": outcome}
+            self.routing.attempts.inc(labels(key))
+
+    def record_routing_failover(self, alias: str, deployment: str, reason: str) -> None:
+        if self.settings.telemetry_enabled:
+            key = {"routing_alias": alias, "routing_deployment": deployment, "reason": reason}
+            self.routing.failovers.inc(labels(key))
+
+    def record_breaker_state(self, deployment: str, state: str) -> None:
+        if self.settings.telemetry_enabled:
+            for name in BREAKER_STATES:
+                key = labels({"routing_deployment": deployment, "state": name})
+                self.routing.breaker_state.set(key, 1.0 if name == state else 0.0)
+
     def _histogram(self, otel_name: str) -> Histogram:
         family = self.instruments[otel_name]
         assert isinstance(family, Histogram)
@@ -169,4 +190,4 @@ class Telemetry:
 
     async def _snapshot(self) -> Snapshot:
         """The instruments as they are now, to render in a worker thread."""
-        return Snapshot(self.instruments.values())
+        return Snapshot([*self.instruments.values(), *self.routing.families()])

@@ -1,0 +1,286 @@
+"""The router: one per process, built once with the Gateway; its state is the process's own.
+
+For a request naming an alias, `Router.trip(alias).run(attempt)` orders the alias's
+deployments by its strategy, skips the ones that cannot take a request now (breaker open,
+a probe out, a 429's Retry-After not yet over) and tries them in turn, at most
+`max_attempts`. `attempt(deployment, screen)` is the route's: it sends the request and
+hands `screen` to the relay (edgegw.relay.UpstreamRequest.screen), which calls it with the
+upstream's answer head before anything is written to the client. Before that point a
+connect error, a 429 or a 5xx moves the request to the next deployment; after it the answer
+is the client's, whatever follows. The last deployment tried answers as it would without
+routing (its error in the envelope, with its status and Retry-After).
+
+Strategies: `round_robin` (a cursor per alias, as inference-gateway), `weighted` (nginx's
+smooth weighted round robin: deterministic, each deployment's share exact over every
+sum-of-weights requests), `least_latency` (the lowest EWMA of time to the answer head; a
+deployment never measured goes first). The failover order after the first choice is the
+strategy's order: the cursor's rotation, weights descending, latency ascending.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import trio
+
+from edgegw.errors import GatewayError, fail
+from edgegw.exchange import Outcome
+from edgegw.routing.breaker import Breaker, BreakerState
+from edgegw.routing.config import Alias, Deployment, RoutingConfig
+from edgegw.upstream import Response
+
+# The weight of a new sample in the latency EWMA (about the last five requests count).
+EWMA_ALPHA = 0.3
+# A 429 without Retry-After keeps its deployment out this long.
+DEFAULT_RETRY_AFTER_S = 1.0
+# A longer Retry-After is cut to this: an upstream cannot take itself out for a day.
+MAX_RETRY_AFTER_S = 300.0
+
+
+class Failover(Exception):
+    """An attempt that ended before anything reached the client: try the next deployment.
+    `reason` is a telemetry label (the status, "connect", "no_worker")."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RoutingMetrics(Protocol):
+    def record_routing_attempt(self, alias: str, deployment: str, outcome: str) -> None: ...
+
+    def record_routing_failover(self, alias: str, deployment: str, reason: str) -> None: ...
+
+    def record_breaker_state(self, deployment: str, state: str) -> None: ...
+
+
+class DeploymentState:
+    """What this process knows of one deployment (shared by the aliases naming it)."""
+
+    __slots__ = ("deployment", "breaker", "latency_s", "retry_until")
+
+    def __init__(self, deployment: Deployment, breaker: Breaker) -> None:
+        self.deployment = deployment
+        self.breaker = breaker
+        self.latency_s: float | None = None  # EWMA of the time to the answer head
+        self.retry_until = 0.0
+
+    def available(self, now: float) -> bool:
+        return now >= self.retry_until and self.breaker.admits(now)
+
+    def free_at(self) -> float:
+        """When it may take a request again (for the Retry-After of a 503)."""
+        if self.breaker.state is BreakerState.CLOSED:
+            return self.retry_until
+        return max(self.retry_until, self.breaker.reopens_at)
+
+    def observe_latency(self, seconds: float) -> None:
+        if self.latency_s is None:
+            self.latency_s = seconds
+        else:
+            self.latency_s += EWMA_ALPHA * (seconds - self.latency_s)
+
+
+class Pool:
+    """One alias: its deployments' states and its strategy's memory."""
+
+    __slots__ = ("alias", "states", "cursor", "current")
+
+    def __init__(self, alias: Alias, states: list[DeploymentState]) -> None:
+        self.alias = alias
+        self.states = states
+        self.cursor = 0
+        self.current = [0] * len(states)  # smooth weighted round robin
+
+    def order(self) -> list[DeploymentState]:
+        """This request's deployments, first choice first."""
+        n = len(self.states)
+        start = self.cursor
+        self.cursor = (start + 1) % n
+        rotated = [self.states[(start + i) % n] for i in range(n)]
+        strategy = self.alias.strategy
+        if strategy == "weighted":
+            weights = [s.deployment.weight for s in self.states]
+            for i, w in enumerate(weights):
+                self.current[i] += w
+            pick = max(range(n), key=lambda i: (self.current[i], -i))
+            self.current[pick] -= sum(weights)
+            rest = sorted((i for i in range(n) if i != pick), key=lambda i: (-weights[i], i))
+            return [self.states[pick], *(self.states[i] for i in rest)]
+        if strategy == "least_latency":
+            return sorted(rotated, key=lambda s: -1.0 if s.latency_s is None else s.latency_s)
+        return rotated
+
+
+class Router:
+    def __init__(self, config: RoutingConfig, metrics: RoutingMetrics) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.states: dict[str, DeploymentState] = {}
+        policy = config.breaker
+        for alias in config.aliases.values():
+            for d in alias.deployments:
+                if d.name not in self.states:
+                    breaker = Breaker(policy.failures, policy.cooldown_s)
+                    self.states[d.name] = DeploymentState(d, breaker)
+                    metrics.record_breaker_state(d.name, breaker.state.value)
+        self.pools = {
+            name: Pool(alias, [self.states[d.name] for d in alias.deployments])
+            for name, alias in config.aliases.items()
+        }
+
+    def pool(self, model: str) -> Pool | None:
+        """The alias `model` names exactly, if any."""
+        return self.pools.get(model)
+
+    def trip(self, pool: Pool) -> Trip:
+        return Trip(self, pool)
+
+    def _breaker_changed(self, state: DeploymentState, before: BreakerState) -> None:
+        if state.breaker.state is not before:
+            self.metrics.record_breaker_state(state.deployment.name, state.breaker.state.value)
+
+
+class Screen:
+    """Handed to the relay for one attempt: called with the upstream's answer head."""
+
+    __slots__ = ("last", "started", "answered_at", "status", "retry_after_s")
+
+    def __init__(self, last: bool) -> None:
+        # The last attempt of the request: its answer goes to the client, whatever it is
+        # (set by the route too, when a retry could repeat what the attempt did).
+        self.last = last
+        self.started = trio.current_time()
+        self.answered_at: float | None = None
+        self.status = 0
+        self.retry_after_s: float | None = None
+
+    def __call__(self, resp: Response) -> None:
+        self.answered_at = trio.current_time()
+        self.status = resp.status
+        if resp.status == 429:
+            self.retry_after_s = retry_after_s(resp.header(b"retry-after"))
+        if not self.last and (resp.status == 429 or resp.status >= 500):
+            raise Failover(str(resp.status))
+
+
+Attempt = Callable[[Deployment, Screen], Awaitable[Outcome]]
+
+
+class Trip:
+    """One request's way through an alias; `selected` is the deployment tried last."""
+
+    __slots__ = ("router", "pool", "selected")
+
+    def __init__(self, router: Router, pool: Pool) -> None:
+        self.router = router
+        self.pool = pool
+        self.selected: Deployment | None = None
+
+    async def run(self, attempt: Attempt) -> Outcome:
+        alias = self.pool.alias
+        order = self.pool.order()
+        tried = 0
+        for i, state in enumerate(order):
+            now = trio.current_time()
+            if tried == alias.max_attempts or not state.available(now):
+                continue
+            tried += 1
+            last = tried == alias.max_attempts or not any(s.available(now) for s in order[i + 1 :])
+            screen = Screen(last)
+            before = state.breaker.state
+            state.breaker.begin(now)
+            self.router._breaker_changed(state, before)
+            self.selected = state.deployment
+            try:
+                outcome = await attempt(state.deployment, screen)
+            except Failover as f:
+                # A 5xx counts against the breaker; a 429 (Retry-After) or a local model
+                # with no free worker does not.
+                self._settle(state, screen, failed=f.reason.startswith("5"))
+                self._record(state, "failover")
+                self.router.metrics.record_routing_failover(
+                    alias.name, state.deployment.name, f.reason
+                )
+                continue
+            except GatewayError as e:
+                unanswered = screen.answered_at is None
+                transport = unanswered and e.status == 502
+                if transport and not screen.last:
+                    self._settle(state, screen, failed=True)
+                    self._record(state, "failover")
+                    self.router.metrics.record_routing_failover(
+                        alias.name, state.deployment.name, "connect"
+                    )
+                    continue
+                if unanswered and not transport and e.code != "upstream_timeout":
+                    self._abandon(state)  # refused before it was sent: no verdict
+                else:
+                    self._settle(state, screen, failed=unanswered or screen.status >= 500)
+                self._record(state, "error")
+                raise
+            except BaseException:
+                self._abandon(state)
+                raise
+            self._settle(state, screen, failed=outcome.error is not None or screen.status >= 500)
+            self._record(state, "error" if outcome.error is not None else "ok")
+            return outcome
+        raise self._unavailable()
+
+    def _settle(self, state: DeploymentState, screen: Screen, *, failed: bool) -> None:
+        """The attempt's verdict on its deployment: breaker, latency, Retry-After."""
+        before = state.breaker.state
+        now = trio.current_time()
+        if screen.answered_at is not None:
+            state.observe_latency(screen.answered_at - screen.started)
+        if screen.status == 429:
+            wait = DEFAULT_RETRY_AFTER_S if screen.retry_after_s is None else screen.retry_after_s
+            state.retry_until = max(state.retry_until, now + wait)
+        if failed:
+            state.breaker.failed(now)
+        else:
+            state.breaker.succeeded()
+        self.router._breaker_changed(state, before)
+
+    def _abandon(self, state: DeploymentState) -> None:
+        before = state.breaker.state
+        state.breaker.abandoned()
+        self.router._breaker_changed(state, before)
+
+    def _record(self, state: DeploymentState, outcome: str) -> None:
+        self.router.metrics.record_routing_attempt(
+            self.pool.alias.name, state.deployment.name, outcome
+        )
+
+    def _unavailable(self) -> GatewayError:
+        """Every deployment is out (breakers open, Retry-After pending): 503 at once."""
+        now = trio.current_time()
+        free = min(s.free_at() for s in self.pool.states)
+        wait = max(1, math.ceil(free - now))
+        return fail(
+            "no_deployment_available",
+            f"No deployment of '{self.pool.alias.name}' can take a request now; retry later.",
+            param="model",
+            headers=((b"retry-after", b"%d" % wait),),
+        )
+
+
+def retry_after_s(value: bytes | None) -> float | None:
+    """A Retry-After header's wait (delay-seconds or an HTTP date), at most
+    MAX_RETRY_AFTER_S; None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return min(float(text), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return min(max(0.0, when.timestamp() - time.time()), MAX_RETRY_AFTER_S)
