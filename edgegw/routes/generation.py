@@ -44,7 +44,7 @@ from edgegw.mcp.tools import Offered
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routing.config import LOCAL, Deployment
-from edgegw.routing.router import Failover, Pool, Screen
+from edgegw.routing.router import Failover, Pool, Screen, selected_headers
 
 log = logging.getLogger("edgegw.app")
 
@@ -173,10 +173,7 @@ async def _deployment(
     gw: Gateway, call: Call, req: ParsedRequest, forbid: bool, d: Deployment, screen: Screen
 ) -> Outcome:
     """One attempt of a routed request: deployment `d`, local or remote, as if named."""
-    headers = (
-        (b"x-selected-provider", d.provider.encode()),
-        (b"x-selected-model", d.model.encode()),
-    )
+    headers = selected_headers(d)
     if d.provider == LOCAL:
         rt = gw.fleet.models[d.model]
         lreq = check_request(

@@ -222,6 +222,7 @@ class Trip:
                 else:
                     self._settle(state, screen, failed=unanswered or screen.status >= 500)
                 self._record(state, "error")
+                e.headers = (*e.headers, *selected_headers(state.deployment))
                 raise
             except BaseException:
                 self._abandon(state)
@@ -267,6 +268,11 @@ class Trip:
             param="model",
             headers=((b"retry-after", b"%d" % wait),),
         )
+
+
+def selected_headers(d: Deployment) -> tuple[tuple[bytes, bytes], ...]:
+    """inference-gateway's headers naming the deployment that answered."""
+    return ((b"x-selected-provider", d.provider.encode()), (b"x-selected-model", d.model.encode()))
 
 
 def retry_after_s(value: bytes | None) -> float | None:
