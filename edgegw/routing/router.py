@@ -227,6 +227,10 @@ class Trip:
             except BaseException:
                 self._abandon(state)
                 raise
+            if outcome.client_gone and screen.answered_at is None:
+                self._abandon(state)  # the client left before the deployment answered
+                self._record(state, "client_gone")
+                return outcome
             self._settle(state, screen, failed=outcome.error is not None or screen.status >= 500)
             self._record(state, "error" if outcome.error is not None else "ok")
             return outcome

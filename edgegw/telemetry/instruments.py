@@ -314,7 +314,7 @@ def open_routing_instruments(
         attempts=Counter(
             "inference_gateway_routing_attempts",
             "Deployments tried for requests naming a routing alias, by outcome "
-            "(ok, failover, error).",
+            "(ok, failover, error, client_gone).",
             max_series,
         ),
         failovers=Counter(
