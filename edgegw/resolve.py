@@ -8,6 +8,9 @@ The order, for a generation request:
   2. a model named exactly like a local model profile is served locally;
   3. `provider/model`, split at the first `/`;
   4. otherwise 400 `unknown_provider`.
+(With ROUTING_ENABLED, the generation route first matches a routing alias exactly, after
+`?provider=` and before step 2; edgegw.routing. Its allow check is `check_name_allowed`,
+on the alias as sent.)
 Then the provider must be configured (400 `provider_not_configured` naming the variable to
 set) and the model allowed (403 `model_not_allowed`, inference-gateway's messages), where
 a local model is `local/<name>` for ALLOWED_MODELS / DISALLOWED_MODELS.

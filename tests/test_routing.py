@@ -15,11 +15,16 @@ import orjson
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edgegw.bench.mock import MockUpstream
 from edgegw.envcheck import unhonoured
 from edgegw.routing.breaker import Breaker, BreakerState
-from edgegw.routing.router import retry_after_s
+from edgegw.routing.config import Alias, Deployment, RoutingConfig
+from edgegw.routing.router import Router, retry_after_s
+from edgegw.settings import Settings
+from edgegw.telemetry.recording import Telemetry
 
 from .bad_upstream import BadUpstream, Script, response
 from .conftest import (
@@ -212,16 +217,19 @@ async def test_a_client_error_answer_is_not_failed_over(
 
 
 async def test_a_429_keeps_its_deployment_out_until_its_retry_after(
-    nursery: trio.Nursery, mock: MockUpstream, tmp_path: Path
+    nursery: trio.Nursery, mock: MockUpstream, tmp_path: Path, mock_clock: trio.testing.MockClock
 ) -> None:
-    """The mock's 429 says Retry-After: 7; for the next requests (well within 7 s) the
-    deployment is not asked at all, although round robin would start with it."""
+    """The mock's 429 says Retry-After: 7; until then the deployment is not asked at all,
+    although round robin starts with it on every other request; after it, it is."""
     config = {"models": {"fast": alias(("openai", "mock-error-429"), ("groq", "m2"))}}
     gw = await routed(nursery, tmp_path, config, providers(mock))
     for _ in range(4):
         resp = await chat(gw)
         assert resp.status == 200 and selected(resp) == (b"groq", b"m2")
     assert models_seen(mock) == ["mock-error-429", "m2", "m2", "m2", "m2"]
+    mock_clock.jump(7)
+    assert selected(await chat(gw)) == (b"groq", b"m2")
+    assert models_seen(mock)[5:] == ["mock-error-429", "m2"]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -358,6 +366,17 @@ async def test_a_local_model_without_a_worker_moves_the_request_on(
     assert resp.headers[b"x-sie-error-code"] == b"PROVISIONING"
     assert selected(resp) == (b"local", b"qwen3-8b")
     assert models_seen(mock) == ["m2"]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 10), min_size=2, max_size=5), st.integers(1, 3))
+def test_weighted_shares_are_exact_over_every_sum_of_weights(weights: list[int], k: int) -> None:
+    deployments = tuple(Deployment("openai", f"m{i}", w) for i, w in enumerate(weights))
+    config = RoutingConfig("routing.yaml", {"a": Alias("a", "weighted", deployments, 1)})
+    pool = Router(config, Telemetry(Settings())).pools["a"]
+    for _ in range(k):
+        firsts = [pool.order()[0].deployment.model for _ in range(sum(weights))]
+        assert Counter(firsts) == {f"m{i}": w for i, w in enumerate(weights)}
 
 
 # --- the circuit breaker ----------------------------------------------------------------
