@@ -346,6 +346,13 @@ async def test_an_alias_may_name_a_local_model(
     assert first.headers[b"x-sie-served-by"] == b"local"
     assert selected(second) == (b"openai", b"m2")
     assert models_seen(mock) == ["m2"]
+    # X-SIE-Remote: forbid passes over the remote deployment whose turn it is.
+    body = orjson.dumps({"model": "mixed", "messages": MESSAGES})
+    headers = [("x-sie-remote", "forbid")]
+    for _ in range(2):
+        resp = await request(gw.port, "POST", "/v1/chat/completions", body, headers)
+        assert resp.status == 200 and selected(resp) == (b"local", b"qwen3-8b")
+    assert models_seen(mock) == ["m2"]
 
 
 async def test_a_local_model_without_a_worker_moves_the_request_on(

@@ -196,8 +196,10 @@ async def _deployment(
         if screen.last:
             raise local_fallback.refusal(rt, served.reason)
         raise Failover("no_worker")
-    if forbid:
-        raise remote_target_forbidden()
+    if forbid:  # X-SIE-Remote: forbid passes over the remote deployments
+        if screen.last:
+            raise remote_target_forbidden()
+        raise Failover("remote_forbidden")
     remote = Remote(gw.resolver.target(d.provider, param="model"), d.model)
     return await _remote(gw, call, req, remote, headers, screen=screen)
 

@@ -43,7 +43,7 @@ MAX_RETRY_AFTER_S = 300.0
 
 class Failover(Exception):
     """An attempt that ended before anything reached the client: try the next deployment.
-    `reason` is a telemetry label (the status, "connect", "no_worker")."""
+    `reason` is a telemetry label (the status, "connect", "no_worker", "remote_forbidden")."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)

@@ -320,7 +320,7 @@ def open_routing_instruments(
         failovers=Counter(
             "inference_gateway_routing_failovers",
             "Requests moved from a deployment to the next before their first byte, by reason "
-            "(the upstream's status, connect, no_worker).",
+            "(the upstream's status, connect, no_worker, remote_forbidden).",
             max_series,
         ),
         breaker_state=Gauge(
