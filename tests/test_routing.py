@@ -162,6 +162,21 @@ async def test_least_latency_prefers_the_faster_deployment(
     assert seen[2:] == [fast] * 4
 
 
+async def test_least_latency_does_not_prefer_a_deployment_that_fails_fast(
+    nursery: trio.Nursery, mock: MockUpstream, tmp_path: Path
+) -> None:
+    """A 5xx answers at once: it is a failure for the breaker, never a latency sample."""
+    slow, failing = "mock-slow-first-byte-100", "mock-error-500"
+    config = {
+        "models": {"fast": alias(("openai", failing), ("groq", slow), strategy="least_latency")}
+    }
+    gw = await routed(nursery, tmp_path, config, providers(mock))
+    for _ in range(3):
+        assert selected(await chat(gw)) == (b"groq", slow.encode())
+    # Still unmeasured, the failing one is tried first each time, then fails over.
+    assert models_seen(mock) == [failing, slow] * 3
+
+
 # --- failover before the first byte -----------------------------------------------------
 
 

@@ -240,7 +240,8 @@ class Trip:
         """The attempt's verdict on its deployment: breaker, latency, Retry-After."""
         before = state.breaker.state
         now = trio.current_time()
-        if screen.answered_at is not None:
+        if screen.answered_at is not None and not failed and screen.status != 429:
+            # Only answers count: a deployment that fails fast must not look fast.
             state.observe_latency(screen.answered_at - screen.started)
         if screen.status == 429:
             wait = DEFAULT_RETRY_AFTER_S if screen.retry_after_s is None else screen.retry_after_s
