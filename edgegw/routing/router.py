@@ -199,9 +199,11 @@ class Trip:
             try:
                 outcome = await attempt(state.deployment, screen)
             except Failover as f:
-                # A 5xx counts against the breaker; a 429 (Retry-After) or a local model
-                # with no free worker does not.
-                self._settle(state, screen, failed=f.reason.startswith("5"))
+                if screen.answered_at is None:
+                    # Not sent (no free local worker, X-SIE-Remote: forbid): no verdict.
+                    self._abandon(state)
+                else:  # a 5xx counts against the breaker; a 429 is its Retry-After
+                    self._settle(state, screen, failed=screen.status != 429)
                 self._record(state, "failover")
                 self.router.metrics.record_routing_failover(
                     alias.name, state.deployment.name, f.reason
