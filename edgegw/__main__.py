@@ -121,9 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(f"edgegw: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from edgegw.logs import configure
+
+    configure(settings)
     if args.command == "serve" and args.worker_fd is None:
         from edgegw.envcheck import exposure, warn_unhonoured
 

@@ -13,6 +13,10 @@ The request pipeline, in order:
 Every exception ends here: `GatewayError`/`RequestError` become the envelope (also from an
 exception group a nursery raised), anything else is logged with its traceback and
 answered with a generic 500. Nothing imports this module but the server.
+
+Around all of it: the request's id (edgegw.asgi), its server span when tracing is on
+(edgegw.telemetry.tracing; not for /health and /v1/metrics, as in inference-gateway), and
+one access-log line when it ends (edgegw.logs).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+import trio
 
 from edgegw._core import RequestError, UpstreamProtocolError
 from edgegw.asgi import Call, ClientGone, Receive, Scope, Send
@@ -32,6 +38,7 @@ from edgegw.errors import (
     render_error,
 )
 from edgegw.gateway import Gateway
+from edgegw.logs import access_line
 from edgegw.routes import generation, mcp, metrics, models, native, proxy
 
 log = logging.getLogger("edgegw.app")
@@ -59,6 +66,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/images/variations": {"POST": native.images_variations},
 }
 PROXY_ROUTE: dict[str, Handler] = dict.fromkeys(proxy.PROXY_METHODS, proxy.proxy)
+# Paths without a server span (probes and metric pushes would drown the traces).
+UNTRACED = frozenset({"/health", "/v1/metrics"})
 
 
 class App:
@@ -75,22 +84,36 @@ class App:
             await _lifespan(receive, send)
 
     async def _http(self, call: Call) -> None:
+        started = trio.current_time()
+        tracing = self.gateway.telemetry.tracing
+        if tracing is not None and call.path not in UNTRACED:
+            call.trace = tracing.start_request(
+                call.method, call.path, call.scope["headers"], call.request_id
+            )
         answered = False
+        error: str | None = None
         try:
             try:
                 await self._dispatch(call)
             except* ClientGone:
-                pass  # nobody to answer
+                error = "client_gone"  # nobody to answer
             except* (GatewayError, RequestError, UpstreamProtocolError) as group:
                 # Raised by the route, or by a nursery inside it (perhaps beside others).
                 found = first_answerable(group.exceptions)
                 assert found is not None
                 answered = True
+                error = found.code
                 await _answer_error(call, found)
         except Exception:
             log.exception("unhandled error on %s %s", call.method, call.path)
+            error = "internal_error"
             if not answered:
                 await call.respond_json(500, INTERNAL_ERROR_BODY)
+        finally:
+            duration_s = trio.current_time() - started
+            if call.trace is not None:
+                call.trace.finish(call.note.status or call.status, error)
+            access_line(call, duration_s)
 
     async def _dispatch(self, call: Call) -> None:
         gw = self.gateway
@@ -115,7 +138,11 @@ class App:
             await handler(gw, call)
             return
         if gw.client_keys.required or gw.verifier is not None:
-            await self._authenticate(call)
+            if call.trace is None:
+                await self._authenticate(call)
+            else:
+                with call.trace.span("authenticate"):
+                    await self._authenticate(call)
         if load.in_flight >= gw.settings.max_in_flight:
             raise fail(
                 "overloaded",

@@ -1,11 +1,19 @@
 """The HTTP layer between Hypercorn and the routes: one `Call` per request (its scope,
 `receive` and `send`, with the header, query and body helpers every route needs) and the
-JSON answers."""
+JSON answers.
+
+Every request has an id (`Call.request_id`): the client's `X-Request-Id` when it is one
+(at most MAX_REQUEST_ID_CHARS of REQUEST_ID_CHARS), else one made here (32 hex digits). It
+goes back as `X-Request-Id` on every answer (error envelopes and streams included: `send`
+adds it to each response head), upstream with the request, into the access log and spans.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from edgegw.errors import Headers, invalid_content_length, payload_too_large
@@ -14,21 +22,82 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
+if TYPE_CHECKING:  # the tracing hooks; the SDK itself is loaded only when tracing is on
+    from edgegw.telemetry.tracing import RequestTrace
+
+# A client's request id is kept when it is this short and made of these characters (UUIDs,
+# ULIDs, nginx's $request_id, base64 ids); anything else is replaced, never echoed: it goes
+# into logs and upstream headers.
+MAX_REQUEST_ID_CHARS = 128
+REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+/=-]{1,%d}" % MAX_REQUEST_ID_CHARS)
+
+
+def new_request_id() -> str:
+    return os.urandom(16).hex()
+
+
+def request_id_of(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
+    """(the request's id, whether the client chose it)."""
+    for name, value in headers:
+        if name == b"x-request-id":
+            if REQUEST_ID.fullmatch(value):
+                return value.decode("ascii"), True
+            break
+    return new_request_id(), False
+
 
 class ClientGone(Exception):
     """The client disconnected before its request was read; there is nobody to answer."""
 
 
+class Note:
+    """What a route tells the access log and the server span about its request."""
+
+    __slots__ = ("provider", "model", "ttft_s", "status")
+
+    def __init__(self) -> None:
+        self.provider: str | None = None
+        self.model: str | None = None
+        self.ttft_s: float | None = None
+        # The status telemetry recorded (499: the client went away), when the route knows.
+        self.status: int | None = None
+
+
 class Call:
     """One HTTP request as the server handed it over."""
 
-    __slots__ = ("scope", "receive", "send", "_body_done")
+    __slots__ = (
+        "scope",
+        "receive",
+        "send",
+        "_send",
+        "_body_done",
+        "request_id",
+        "client_request_id",
+        "status",
+        "trace",
+        "note",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
         self.receive = receive
-        self.send = send
+        self._send = send
+        self.send = self._send_with_id
         self._body_done = False
+        self.request_id, self.client_request_id = request_id_of(scope["headers"])
+        # The answer's status once its head is sent (None: nothing sent yet).
+        self.status: int | None = None
+        # The request's spans when tracing is on (edgegw.telemetry.tracing), else None:
+        # every tracing hook is one `if call.trace is not None`.
+        self.trace: RequestTrace | None = None
+        self.note = Note()
+
+    async def _send_with_id(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message["headers"], (b"x-request-id", self.request_id.encode())]
+            self.status = message["status"]
+        await self._send(message)
 
     @property
     def method(self) -> str:

@@ -20,7 +20,17 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "MCP_RESPONSE_HEADER_TIMEOUT": "each MCP request is bounded whole by MCP_REQUEST_TIMEOUT",
     "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
     "GUARDRAILS_": "guardrails are not implemented yet",
-    "TELEMETRY_TRACING_": "tracing is not implemented yet: no spans are exported",
+    # The OpenTelemetry SDK's own variables that edgegw fixes (edgegw.telemetry.tracing);
+    # the rest (OTEL_BSP_*, OTEL_EXPORTER_OTLP_TRACES_HEADERS/_TIMEOUT/_COMPRESSION/
+    # _CERTIFICATE, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) the SDK honours.
+    "OTEL_TRACES_EXPORTER": "edgegw exports spans by OTLP/HTTP protobuf only",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "edgegw exports spans by OTLP/HTTP protobuf only",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "edgegw exports spans by OTLP/HTTP protobuf only",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "edgegw reads TELEMETRY_TRACING_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "edgegw reads TELEMETRY_TRACING_OTLP_ENDPOINT",
+    "OTEL_PROPAGATORS": "edgegw propagates W3C trace context (traceparent, tracestate) only",
+    "OTEL_TRACES_SAMPLER": "edgegw samples as its client asked (parent-based, else always)",
+    "OTEL_SDK_DISABLED": "edgegw reads TELEMETRY_TRACING_ENABLED",
     "DEBUG_CONTENT_TRUNCATE_WORDS": "edgegw logs no prompt or completion text",
     "DEBUG_MAX_MESSAGES": "edgegw logs no prompt or completion text",
     "ENVIRONMENT": "edgegw has no development mode; LOG_LEVEL sets the verbosity",
@@ -85,6 +95,12 @@ def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> l
     mcp_off = not _enabled(environ.get("MCP_ENABLED", ""))
     routing_off = not _enabled(environ.get("ROUTING_ENABLED", ""))
     out = []
+    if _enabled(environ.get("TELEMETRY_TRACING_ENABLED", "")) and not _enabled(
+        environ.get("TELEMETRY_ENABLED", "")
+    ):
+        out.append(
+            "TELEMETRY_TRACING_ENABLED is set but not honoured: TELEMETRY_ENABLED is not true"
+        )
     for name in sorted(environ):
         if not environ[name].strip():
             continue

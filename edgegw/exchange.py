@@ -18,6 +18,7 @@ final SSE error event and no `[DONE]`, the same for every kind of stream.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
 from collections.abc import Callable
@@ -60,6 +61,31 @@ class Outcome:
     # The code of the error that ended a stream after its head was sent.
     error: str | None = None
     client_gone: bool = False
+    # The answer's `model` and its choices' finish reasons, when the tap saw them.
+    response_model: str | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    # The gaps between a stream's writes to the client (inter-token gaps), as histogram
+    # counts per GAP_BUCKETS bucket, and their sum; None until a second write.
+    gaps: GapCounts | None = None
+    last_write_at: float | None = None
+
+
+# Inter-token gaps: 1 ms doubling to ~16 s (streams send a token every 10-100 ms).
+GAP_BUCKETS = tuple(0.001 * 2**k for k in range(15))
+
+
+class GapCounts:
+    """One stream's inter-token gaps, bucketed as they come (no list per token)."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(GAP_BUCKETS) + 1)
+        self.total = 0.0
+
+    def add(self, gap: float) -> None:
+        self.counts[bisect.bisect_left(GAP_BUCKETS, gap)] += 1
+        self.total += gap
 
 
 class Ending(enum.Enum):
@@ -187,8 +213,20 @@ class SseWriter:
 
     async def write(self, data: bytes) -> None:
         await self._send({"type": "http.response.body", "body": data, "more_body": True})
-        if self._outcome.first_chunk_at is None:
-            self._outcome.first_chunk_at = trio.current_time()
+        outcome = self._outcome
+        now = trio.current_time()
+        if outcome.first_chunk_at is None:
+            outcome.first_chunk_at = now
+        else:
+            assert outcome.last_write_at is not None
+            if outcome.gaps is None:
+                outcome.gaps = GapCounts()
+            outcome.gaps.add(now - outcome.last_write_at)
+        outcome.last_write_at = now
+
+    async def comment(self, data: bytes) -> None:
+        """A comment line (a keep-alive): not a token, so neither TTFT nor a gap."""
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
 
     async def close(self, data: bytes = b"") -> None:
         """The stream's clean end (`data` holds its last events, `[DONE]` included)."""

@@ -28,6 +28,8 @@ log = logging.getLogger("edgegw.streaming")
 
 # Upstream error messages are relayed, but never at any length.
 MAX_UPSTREAM_MESSAGE = 2000
+# Finish reasons kept per answer (one per choice; `n` is bounded by the providers).
+MAX_FINISH_REASONS = 128
 # Largest upstream error body read before answering (the rest is not needed).
 MAX_ERROR_BODY = 1 << 20
 
@@ -59,6 +61,11 @@ class Exchanges:
     max_response_bytes: int
     # Whole answers held by the process at once (bodies.BufferBudget).
     budget: BufferBudget
+
+    async def send(self, call: Call, up: UpstreamRequest) -> Response:
+        return await send_traced(
+            self.pool, call, up.origin, up.method, up.target, up.headers, up.body
+        )
 
     @contextmanager
     def open(self, call: Call, timeout_s: float) -> Iterator[Exchange]:
@@ -94,7 +101,9 @@ class Exchanges:
                 if not raw_errors:
                     raise upstream_error(resp.status, resp.headers, payload)
             outcome.status = resp.status
-            if ok and (b'"usage"' in payload or b'"tool_calls"' in payload):
+            if ok and (
+                b'"usage"' in payload or b'"tool_calls"' in payload or call.trace is not None
+            ):
                 tap(payload, outcome, "message")
             headers = [
                 (b"content-type", resp.header(b"content-type") or b"application/json"),
@@ -117,7 +126,7 @@ class Exchanges:
         charge = 0
         try:
             with self.open(call, self.first_byte_timeout_s) as ex:
-                resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+                resp = await self.send(call, up)
                 try:
                     if up.screen is not None:
                         up.screen(resp)
@@ -147,7 +156,7 @@ class Exchanges:
         outcome = Outcome()
         writer = SseWriter(call.send, outcome, response_headers)
         with self.open(call, self.first_byte_timeout_s) as ex:
-            resp = await self.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+            resp = await self.send(call, up)
             try:
                 if up.screen is not None:
                     up.screen(resp)
@@ -197,7 +206,11 @@ class Exchanges:
                     outcome.events += 1
                     if event.is_done:
                         outcome.done = True
-                    elif _has_usage(event.data) or b'"tool_calls"' in event.data:
+                    elif (
+                        _has_usage(event.data)
+                        or b'"tool_calls"' in event.data
+                        or b'"finish_reason":"' in event.data
+                    ):
                         tap(event.data, outcome, "delta")
             except UpstreamProtocolError as e:
                 await writer.fail(e.code, str(e))
@@ -258,6 +271,50 @@ class Exchanges:
             await call.send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+async def send_traced(
+    pool: UpstreamPool,
+    call: Call,
+    origin: Origin,
+    method: bytes,
+    target: bytes,
+    headers: Headers | list[tuple[bytes, bytes]],
+    body: bytes,
+) -> Response:
+    """`pool.send` with the request's id, and with tracing on, one CLIENT span for the
+    attempt (from sending to the response head: its duration is the time to first byte)
+    whose `traceparent` goes upstream."""
+    sent = [*headers, (b"x-request-id", call.request_id.encode())]
+    trace = call.trace
+    if trace is None:
+        return await pool.send(origin, method, target, sent, body)
+    path = target.partition(b"?")[0].decode("latin-1")
+    span = trace.start(
+        f"{method.decode()} {path}",
+        client=True,
+        attributes={
+            "http.request.method": method.decode(),
+            "server.address": origin.host,
+            "server.port": origin.port,
+            "url.path": path,
+        },
+    )
+    sent += trace.upstream_headers(span)
+    opened = pool.open_connections
+    try:
+        resp = await pool.send(origin, method, target, sent, body)
+    except BaseException as e:
+        trace.fail(span, e)
+        span.end()
+        raise
+    span.set_attribute("http.response.status_code", resp.status)
+    # A new connection's time includes its connect (and TLS handshake).
+    span.set_attribute("edgegw.upstream.new_connection", pool.open_connections > opened)
+    if resp.status >= 500:
+        trace.fail(span, str(resp.status))
+    span.end()
+    return resp
+
+
 # Headers of the upstream's framing and coding, replaced when edgegw re-frames a body.
 _REFRAMED = frozenset({b"content-length", b"content-encoding"})
 HOP_BY_HOP_RESPONSE_HEADERS = frozenset(
@@ -310,8 +367,16 @@ def tap(data: bytes, outcome: Outcome, part: str) -> None:
     usage = doc.get("usage")
     if isinstance(usage, dict):
         outcome.usage = usage
+    model = doc.get("model")
+    if isinstance(model, str):
+        outcome.response_model = model
     for choice in doc.get("choices") or ():
-        _collect_tool_calls(choice.get(part) if isinstance(choice, dict) else None, outcome)
+        if not isinstance(choice, dict):
+            continue
+        _collect_tool_calls(choice.get(part), outcome)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and len(outcome.finish_reasons) < MAX_FINISH_REASONS:
+            outcome.finish_reasons.append(reason)
 
 
 def _collect_tool_calls(message: object, outcome: Outcome) -> None:

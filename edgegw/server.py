@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 # Hypercorn's own handler deadline comes this long after the drain time, so that streams
 # cut at the drain deadline still have time to send their final error event.
 DRAIN_MARGIN_S = 5.0
+# At shutdown, how long the spans still queued may take to reach the collector.
+TRACING_SHUTDOWN_S = 2.0
 
 
 def hypercorn_config(settings: Settings, bind: str | None = None) -> Config:
@@ -129,6 +131,12 @@ async def serve(
     finally:
         with trio.CancelScope(shield=True):
             await pool.aclose()
+            if telemetry.tracing is not None:
+                # Export what is queued; a collector that does not answer is given up on.
+                with trio.move_on_after(TRACING_SHUTDOWN_S):
+                    await trio.to_thread.run_sync(
+                        telemetry.tracing.shutdown, abandon_on_cancel=True
+                    )
 
 
 def _host_port(settings: Settings) -> str:

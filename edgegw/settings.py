@@ -106,6 +106,15 @@ class Settings:
     telemetry_enabled: bool = False
     telemetry_metrics_push_enabled: bool = False
     telemetry_metrics_port: int = 9464
+    # OTLP/HTTP tracing (TELEMETRY_TRACING_*; needs TELEMETRY_ENABLED, as in
+    # inference-gateway): the traces URL, `/v1/traces` appended to a path-less endpoint.
+    tracing_enabled: bool = False
+    tracing_endpoint: str = "http://localhost:4318/v1/traces"
+    # TELEMETRY_TRACING_CONTENT: prompts and completions as span events. Off unless asked:
+    # spans leave the machine, and prompts are the users' data.
+    tracing_content: bool = False
+    # LOG_FORMAT: "text" (default) or "json" (edgegw.logs).
+    log_format: str = "text"
     # How long one provider's model list is reused.
     models_cache_ttl_s: float = 300.0
     # The community model table (context windows, pricing, modalities) written by
@@ -198,6 +207,14 @@ def _url(name: str, text: str) -> str:
     if not re.match(r"^https?://[^/\s]+", text) or not text.isprintable() or " " in text:
         raise SettingsError(f"{name}: expected an http:// or https:// URL")
     return text
+
+
+def traces_url(endpoint: str) -> str:
+    """The OTLP/HTTP traces URL: `/v1/traces` appended to an endpoint with no path (as
+    inference-gateway does since its #555), any other path kept as written."""
+    if urlsplit(endpoint).path in ("", "/"):
+        return endpoint.rstrip("/") + "/v1/traces"
+    return endpoint
 
 
 def idp_url_problem(url: str) -> str | None:
@@ -299,11 +316,22 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         ("ENABLE_IMAGES", "enable_images"),
         ("TELEMETRY_ENABLED", "telemetry_enabled"),
         ("TELEMETRY_METRICS_PUSH_ENABLED", "telemetry_metrics_push_enabled"),
+        ("TELEMETRY_TRACING_ENABLED", "tracing_enabled"),
+        ("TELEMETRY_TRACING_CONTENT", "tracing_content"),
     ):
         if v := env.get(var):
             kw[attr] = _bool(var, v)
     if v := env.get("TELEMETRY_METRICS_PORT"):
         kw["telemetry_metrics_port"] = _int("TELEMETRY_METRICS_PORT", v, 0, 65535)
+    if v := env.get("TELEMETRY_TRACING_OTLP_ENDPOINT"):
+        kw["tracing_endpoint"] = traces_url(_url("TELEMETRY_TRACING_OTLP_ENDPOINT", v))
+    if not kw.get("telemetry_enabled"):  # as in inference-gateway (envcheck names it)
+        kw["tracing_enabled"] = False
+    if v := env.get("LOG_FORMAT"):
+        fmt = v.strip().lower()
+        if fmt not in ("text", "json"):
+            raise SettingsError("LOG_FORMAT: expected text or json")
+        kw["log_format"] = fmt
     if v := env.get("MODELS_CACHE_TTL"):
         kw["models_cache_ttl_s"] = parse_duration("MODELS_CACHE_TTL", v)
     if v := env.get("EDGEGW_COMMUNITY_MODELS_FILE"):

@@ -11,7 +11,6 @@ retried on another worker, never after. When no worker can serve, `serve()` says
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +18,7 @@ import orjson
 import trio
 
 from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError
-from edgegw.asgi import Call, Send
+from edgegw.asgi import Call, Send, new_request_id
 from edgegw.errors import CATALOGUE, GatewayError, Headers, fail
 from edgegw.exchange import Outcome, SseWriter, StreamState
 from edgegw.local.contract import LocalRequest
@@ -35,7 +34,7 @@ from edgegw.local.sglang import (
     sglang_completions_body,
     worker_error,
 )
-from edgegw.relay import Exchanges
+from edgegw.relay import Exchanges, send_traced
 from edgegw.upstream import Response
 
 log = logging.getLogger("edgegw.local")
@@ -97,7 +96,11 @@ async def serve(
                 headers=((b"retry-after", b"5"),),
             )
         raise fail("invalid_request", "no such pool for this model", param="X-SIE-Pool")
-    rid = os.urandom(12).hex()
+    # SIE's request id is the worker's `rid` (aborts match it exactly, SGLang refuses a
+    # duplicate): the request's own id, unless the client chose that one.
+    rid = new_request_id() if call.client_request_id else call.request_id
+    if call.trace is not None and rid != call.request_id:
+        call.trace.server.set_attribute("edgegw.sie_request_id", rid)
     stream = req.stream
     make_body = sglang_chat_body if chat else sglang_completions_body
     body = orjson.dumps(make_body(lreq.doc, rt, lreq.cap, rid, stream))
@@ -105,7 +108,7 @@ async def serve(
     timeouts = rt.profile.timeouts
     started = trio.current_time()
     opened = await _open(
-        exchanges, fleet, candidates, lreq.key, path, body, stream,
+        exchanges, call, fleet, candidates, lreq.key, path, body, stream,
         min(timeouts.first_chunk_s, timeouts.overall_s),
     )  # fmt: skip
     if isinstance(opened, NoLocalWorker):
@@ -176,6 +179,7 @@ async def serve(
 
 async def _open(
     exchanges: Exchanges,
+    call: Call,
     fleet: Fleet,
     candidates: list[WorkerState],
     key: str | None,
@@ -200,8 +204,14 @@ async def _open(
         deadline = trio.current_time() + first_chunk_s
         try:
             with trio.fail_at(deadline):
-                resp = await exchanges.pool.send(
-                    worker.origin, b"POST", worker.origin.base_path.encode() + path, headers, body
+                resp = await send_traced(
+                    exchanges.pool,
+                    call,
+                    worker.origin,
+                    b"POST",
+                    worker.origin.base_path.encode() + path,
+                    headers,
+                    body,
                 )
         except trio.TooSlowError:
             worker.in_flight -= 1
@@ -311,7 +321,7 @@ async def _next_chunk(writer: SieSseWriter, resp: Response, inter_chunk_s: float
             return await resp.receive_chunk()
         if trio.current_time() >= deadline:
             raise WorkerFailure("inter_chunk_timeout", "the worker stopped sending")
-        await writer.write(KEEPALIVE)
+        await writer.comment(KEEPALIVE)
 
 
 class SieSseWriter(SseWriter):

@@ -66,7 +66,7 @@ async def run(
     tools added. A local model no worker can take in the first round answers
     NoLocalWorker, for the route to decide (nothing reached the client); in a later round,
     the local refusal."""
-    agent = Agent(mcp, offered, first)
+    agent = Agent(mcp, offered, first, trace=call.trace)
     try:
         if stream:
             return await run_stream(agent, model, exchanges, call, response_headers)

@@ -18,6 +18,7 @@ from edgegw.mcp.tools import TOOLS_GET, Offered, ToolResult
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient
+    from edgegw.telemetry.tracing import RequestTrace
 
 log = logging.getLogger("edgegw.mcp")
 
@@ -58,6 +59,8 @@ class Agent:
     doc: dict[str, Any] | None = None
     rounds: int = 0
     usage: dict[str, int] = field(default_factory=dict)
+    # The request's spans (one `execute_tool <name>` per tool run), when tracing is on.
+    trace: RequestTrace | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -96,7 +99,22 @@ class Agent:
         async def one(i: int, tc: Mapping[str, Any]) -> None:
             async with limiter:
                 started = trio.current_time()
-                results[i] = result = await self._run_tool(tc)
+                if self.trace is None:
+                    results[i] = result = await self._run_tool(tc)
+                else:
+                    name = str((tc.get("function") or {}).get("name"))[:256]
+                    with self.trace.span(
+                        f"execute_tool {name}",
+                        **{
+                            "gen_ai.operation.name": "execute_tool",
+                            "gen_ai.tool.name": name,
+                            "gen_ai.tool.type": "mcp",
+                            "gen_ai.tool.call.id": str(tc.get("id"))[:256],
+                        },
+                    ) as span:
+                        results[i] = result = await self._run_tool(tc)
+                        if result.is_error:
+                            self.trace.fail(span, "tool_error")
                 # One line per execution: the tool, its outcome and duration (the arguments
                 # and the result only at DEBUG: they may hold anything).
                 log.info(

@@ -63,7 +63,14 @@ async def completions(gw: Gateway, call: Call) -> None:
 
 async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
-    req = parse(body)
+    trace = call.trace
+    if trace is None:
+        req = parse(body)
+    else:
+        with trace.span("parse"):
+            req = parse(body)
+        trace.content(trace.server, "gen_ai.user.message", body.decode("utf-8", "replace"))
+    call.note.model = req.model
     started = trio.current_time()
     provider = "unknown"
     outcome: Outcome | None = None
@@ -71,8 +78,22 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     try:
         # SIE: the header is checked for every target; `forbid` refuses a remote one.
         forbid = remote_forbidden(call)
-        pool = _alias(gw, call, req.model)
-        target, named = (None, False) if pool is not None else _target(gw, call, req.model)
+        if trace is None:
+            pool = _alias(gw, call, req.model)
+            target, named = (None, False) if pool is not None else _target(gw, call, req.model)
+        else:
+            with trace.span("route", **{"gen_ai.request.model": req.model[:256]}) as span:
+                pool = _alias(gw, call, req.model)
+                target, named = (None, False) if pool is not None else _target(gw, call, req.model)
+                span.set_attribute(
+                    "edgegw.route.target",
+                    "alias"
+                    if target is None
+                    else "local"
+                    if isinstance(target, Local)
+                    else target.target.provider.id,
+                )
+                span.set_attribute("edgegw.route.named_profile", named)
         if pool is not None:
             assert gw.router is not None
             trip = gw.router.trip(pool)
@@ -111,6 +132,10 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                     or not plan.eligible
                 ):
                     raise refusal
+                if trace is not None:
+                    trace.server.add_event(
+                        "edgegw.fallback", {"edgegw.fallback.reason": reason, "to": fallback}
+                    )
                 try:
                     # A fallback names its provider in the profile; ?provider= only routes
                     # client models.
@@ -145,17 +170,37 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
         status = CLIENT_CLOSED
         raise
     finally:
+        ttft_s = (
+            None
+            if outcome is None or outcome.first_chunk_at is None
+            else outcome.first_chunk_at - started
+        )
+        note = call.note
+        note.provider, note.status = provider, status
+        if req.stream:
+            note.ttft_s = ttft_s
+        operation = "chat" if req.endpoint == "chat" else "text_completion"
+        if trace is not None:
+            trace.generation(
+                operation=operation,
+                provider=provider,
+                model=req.model,
+                response_model=None if outcome is None else outcome.response_model,
+                usage=None if outcome is None else outcome.usage,
+                finish_reasons=() if outcome is None else outcome.finish_reasons,
+                ttft_s=ttft_s,
+            )
         gw.telemetry.record_generation(
             provider=provider,
             model=req.model,
             status=status,
             duration_s=trio.current_time() - started,
-            ttft_s=None
-            if outcome is None or outcome.first_chunk_at is None
-            else outcome.first_chunk_at - started,
+            ttft_s=ttft_s,
             usage=None if outcome is None else outcome.usage,
             tool_calls=[] if outcome is None else outcome.tool_calls,
-            operation="chat" if req.endpoint == "chat" else "text_completion",
+            operation=operation,
+            gaps=None if outcome is None else outcome.gaps,
+            trace_id=None if trace is None else trace.trace_id,
         )
 
 

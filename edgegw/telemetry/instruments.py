@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
+
+from edgegw.exchange import GAP_BUCKETS
 
 log = logging.getLogger("edgegw.metrics")
 
@@ -116,11 +120,14 @@ class _Family:
 
 
 class _HistogramSeries:
-    __slots__ = ("counts", "sum")
+    __slots__ = ("counts", "sum", "exemplars")
 
     def __init__(self, buckets: int) -> None:
         self.counts = [0] * (buckets + 1)  # per bucket, not cumulative; the last is +Inf
         self.sum = 0.0
+        # The latest traced observation per bucket, (trace id, value, unix time), shown as
+        # OpenMetrics exemplars; None until the first one.
+        self.exemplars: list[tuple[str, float, float] | None] | None = None
 
 
 class Histogram(_Family):
@@ -137,9 +144,22 @@ class Histogram(_Family):
         self.buckets = tuple(buckets)
         self._series: dict[Labels, _HistogramSeries] = {}
 
-    def observe(self, key: Labels, value: float, count: int = 1) -> None:
-        """`count` observations of `value`."""
+    def observe(
+        self, key: Labels, value: float, count: int = 1, trace_id: str | None = None
+    ) -> None:
+        """`count` observations of `value`; `trace_id`: the request's trace, as the
+        bucket's exemplar."""
         self.observe_weighted(key, ((value, count),), value * count)
+        if trace_id is not None:
+            series = self._series.get(self._fold(key, self._series))
+            assert series is not None
+            if series.exemplars is None:
+                series.exemplars = [None] * len(series.counts)
+            series.exemplars[bisect.bisect_left(self.buckets, value)] = (
+                trace_id,
+                value,
+                time.time(),
+            )
 
     def observe_weighted(
         self, key: Labels, observations: Sequence[tuple[float, int]], total: float
@@ -158,6 +178,8 @@ class Histogram(_Family):
         for key, series in self._series.items():
             frozen = copy._series[key] = _HistogramSeries(0)
             frozen.counts, frozen.sum = list(series.counts), series.sum
+            if series.exemplars is not None:
+                frozen.exemplars = list(series.exemplars)
         return copy
 
     def collect(self) -> Iterator[Metric]:
@@ -166,9 +188,15 @@ class Histogram(_Family):
         for key, series in self._series.items():
             base = dict(key)
             cumulative = 0
-            for le, n in zip(bounds, series.counts, strict=True):
+            exemplars = series.exemplars or [None] * len(bounds)
+            for le, n, ex in zip(bounds, series.counts, exemplars, strict=True):
                 cumulative += n
-                metric.add_sample(self.name + "_bucket", {**base, "le": le}, cumulative)
+                metric.add_sample(
+                    self.name + "_bucket",
+                    {**base, "le": le},
+                    cumulative,
+                    exemplar=None if ex is None else Exemplar({"trace_id": ex[0]}, ex[1], ex[2]),
+                )
             metric.add_sample(self.name + "_count", base, cumulative)
             metric.add_sample(self.name + "_sum", base, series.sum)
         yield metric
@@ -186,6 +214,10 @@ class Counter(_Family):
             raise ValueError("a counter only goes up")
         key = self._fold(key, self._series)
         self._series[key] = self._series.get(key, 0) + amount
+
+    def set_total(self, key: Labels, total: float) -> None:
+        """A series whose total is counted elsewhere (only ever rising)."""
+        self._series[key] = total
 
     def snapshot(self) -> Counter:
         copy = Counter(self.name, self.documentation, self.max_series)
@@ -280,6 +312,12 @@ INSTRUMENTS = (
         "gen_ai_execute_tool_duration_seconds",
         "Tool execution duration, in seconds.",
         DURATION_BUCKETS,
+    ),
+    Instrument(
+        "inference_gateway.inter_token_gap",
+        "inference_gateway_inter_token_gap_seconds",
+        "Time between two pieces of a streamed answer sent to the client, in seconds.",
+        GAP_BUCKETS,
     ),
     Instrument(
         "inference_gateway.tool_calls",

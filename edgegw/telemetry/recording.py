@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 from prometheus_client import CollectorRegistry
@@ -22,6 +22,7 @@ from edgegw._core import (
     decode_otlp_metrics,
     gunzip_capped,
 )
+from edgegw.exchange import GAP_BUCKETS, GapCounts
 from edgegw.settings import Settings
 from edgegw.telemetry.instruments import (
     BREAKER_STATES,
@@ -36,6 +37,9 @@ from edgegw.telemetry.instruments import (
 from edgegw.telemetry.otlp import Resource, decode_json
 from edgegw.telemetry.scrape import metrics_server
 
+if TYPE_CHECKING:
+    from edgegw.telemetry.tracing import Tracing
+
 log = logging.getLogger("edgegw.telemetry")
 
 PROTOBUF = "application/x-protobuf"
@@ -47,6 +51,8 @@ OFFLOAD_BYTES = 64 * 1024
 WORKER_THREADS = 2
 
 T = TypeVar("T")
+# A value inside each inter-token gap bucket (its upper bound; +Inf's: past the last).
+GAP_BOUNDS = (*GAP_BUCKETS, GAP_BUCKETS[-1] * 2)
 
 
 class Telemetry:
@@ -61,6 +67,19 @@ class Telemetry:
         # The scrape server's port once it listens (useful with TELEMETRY_METRICS_PORT=0).
         self.metrics_port: int | None = None
         self._worker_limiter = trio.CapacityLimiter(WORKER_THREADS)
+        # Spans when TELEMETRY_TRACING_ENABLED (the SDK is imported only then), with the
+        # count of spans dropped on the way to the collector.
+        self.tracing: Tracing | None = None
+        self._dropped: Counter | None = None
+        if settings.tracing_enabled:
+            from edgegw.telemetry.tracing import Tracing
+
+            self.tracing = Tracing(settings)
+            self._dropped = Counter(
+                "edgegw_tracing_spans_dropped",
+                "Spans not exported: the export queue was full, or the collector refused them.",
+            )
+            self.registry.register(self._dropped)
 
     @property
     def push_enabled(self) -> bool:
@@ -79,11 +98,14 @@ class Telemetry:
         usage: dict[str, Any] | None,
         tool_calls: list[str],
         operation: str = "chat",
+        gaps: GapCounts | None = None,
+        trace_id: str | None = None,
     ) -> None:
         """One finished chat/completions request, as the gateway saw it (source="gateway",
         team="unknown"). `model` is recorded as gen_ai_request_model; `usage` is the
         provider's usage object (OpenAI's prompt/completion_tokens or Anthropic's
-        input/output_tokens); `tool_calls` the names of the tools the model called."""
+        input/output_tokens); `tool_calls` the names of the tools the model called; `gaps`
+        a stream's inter-token gaps; `trace_id` the request's trace (exemplars)."""
         if not self.settings.telemetry_enabled:
             return
         base = {
@@ -94,9 +116,17 @@ class Telemetry:
             "gen_ai_request_model": model,
         }
         failed = {**base, "error_type": str(status)} if status >= 400 else base
-        self._histogram("gen_ai.server.request.duration").observe(labels(failed), duration_s)
+        self._histogram("gen_ai.server.request.duration").observe(
+            labels(failed), duration_s, trace_id=trace_id
+        )
         if ttft_s is not None and math.isfinite(ttft_s) and ttft_s >= 0:
-            self._histogram("gen_ai.server.time_to_first_token").observe(labels(base), ttft_s)
+            self._histogram("gen_ai.server.time_to_first_token").observe(
+                labels(base), ttft_s, trace_id=trace_id
+            )
+        if gaps is not None:
+            self._histogram("inference_gateway.inter_token_gap").observe_weighted(
+                labels(base), tuple(zip(GAP_BOUNDS, gaps.counts, strict=True)), gaps.total
+            )
         if usage is not None:
             tokens = self._histogram("gen_ai.client.token.usage")
             for token_type, keys in (
@@ -166,7 +196,13 @@ class Telemetry:
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """(body, content type) of the metrics, in the format `accept` asks for."""
         encoder, content_type = choose_encoder(accept)
+        self._count_drops()
         return encoder(self.registry), content_type
+
+    def _count_drops(self) -> None:
+        if self.tracing is not None and self._dropped is not None:
+            for reason, n in self.tracing.queue.dropped.items():
+                self._dropped.set_total((("reason", reason),), n)
 
     async def serve_metrics(
         self,
@@ -190,4 +226,8 @@ class Telemetry:
 
     async def _snapshot(self) -> Snapshot:
         """The instruments as they are now, to render in a worker thread."""
-        return Snapshot([*self.instruments.values(), *self.routing.families()])
+        self._count_drops()
+        families: list[Any] = [*self.instruments.values(), *self.routing.families()]
+        if self._dropped is not None:
+            families.append(self._dropped)
+        return Snapshot(families)

@@ -1,0 +1,261 @@
+"""Tracing: spans of every request, exported by OTLP/HTTP (TELEMETRY_TRACING_ENABLED).
+
+The OpenTelemetry SDK is imported only when tracing is on (`Tracing`, built by
+`Telemetry`): it costs a quarter of a second of every start. With tracing off no request
+pays anything but `call.trace is None`: every hook in the request path is one such check.
+
+The SDK's parts are constructed here by class, never looked up by entry-point name (the
+frozen binary has no entry points): the OTLP/HTTP protobuf exporter, one
+`BatchSpanProcessor` (its own thread: export never runs on the event loop), the W3C trace
+context propagator, a parent-based always-on sampler, a resource of our own attributes
+plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES.
+
+Export never blocks a request. At most MAX_QUEUED_SPANS ended spans wait for the exporter;
+past that a span is dropped, and so is a batch the collector did not take: both are counted
+(`edgegw_tracing_spans_dropped_total{reason}` on the metrics endpoint) and logged at most
+once a minute.
+
+Per request (`RequestTrace`): one SERVER span, continued from the client's `traceparent`/
+`tracestate`; children for authentication, parsing, the routing decision, each upstream
+attempt (CLIENT, its `traceparent` sent upstream), MCP tool executions. Routing code (model
+aliases, failover) records its attempts with `RequestTrace.span("route.attempt", ...)`.
+No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span
+
+    from edgegw.settings import Settings
+
+log = logging.getLogger("edgegw.tracing")
+
+# Ended spans waiting for export, at most: ~2 KB each, so a few MiB while a collector is
+# down (the SDK's default, OTEL_BSP_MAX_QUEUE_SIZE, is the same).
+MAX_QUEUED_SPANS = 2048
+# How long one export may take before its batch counts as dropped (the SDK default is 10 s;
+# a collector on the edge site's network answers in milliseconds).
+EXPORT_TIMEOUT_S = 5.0
+# Spans per export request (the SDK's default).
+EXPORT_BATCH_SPANS = 512
+# A drop is logged at most this often, with the count since the last line.
+DROP_LOG_INTERVAL_S = 60.0
+# Attribute values from clients (a model name) are cut to this length.
+MAX_ATTRIBUTE_CHARS = 256
+# TELEMETRY_TRACING_CONTENT: text kept per prompt or completion event.
+MAX_CONTENT_CHARS = 4096
+
+INSTRUMENTATION = "edgegw"
+
+
+class SpanQueue:
+    """The bound on spans waiting for export, and the counts of what became of them;
+    touched from the event loop (`admit`) and the export thread (`taken`, `exported`)."""
+
+    def __init__(self, limit: int = MAX_QUEUED_SPANS) -> None:
+        self._lock = threading.Lock()
+        self.limit = limit
+        self.pending = 0
+        self.exported = 0
+        self.dropped = {"queue_full": 0, "export_failed": 0}
+        self._logged_at = -DROP_LOG_INTERVAL_S
+        self._unlogged = 0
+
+    def admit(self) -> bool:
+        """Whether one more ended span may wait for export (else it is counted dropped)."""
+        with self._lock:
+            if self.pending < self.limit:
+                self.pending += 1
+                return True
+        self.drop("queue_full", 1)
+        return False
+
+    def taken(self, n: int) -> None:
+        """The exporter took a batch of `n`."""
+        with self._lock:
+            self.pending = max(0, self.pending - n)
+
+    def done(self, n: int, ok: bool) -> None:
+        if not ok:
+            self.drop("export_failed", n)
+            return
+        with self._lock:
+            self.exported += n
+
+    def drop(self, reason: str, n: int) -> None:
+        with self._lock:
+            self.dropped[reason] += n
+            self._unlogged += n
+            now = time.monotonic()
+            if now - self._logged_at < DROP_LOG_INTERVAL_S:
+                return
+            self._logged_at, n, self._unlogged = now, self._unlogged, 0
+        log.warning("tracing: %d span(s) dropped (%s); is the collector reachable?", n, reason)
+
+
+class Tracing:
+    """The process's tracer and its export pipeline (module doc)."""
+
+    def __init__(self, settings: Settings, version: str = "0.1.0") -> None:
+        from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
+
+        from edgegw.telemetry.otelsdk import open_pipeline
+
+        self.settings = settings
+        self.content = settings.tracing_content
+        self.queue = SpanQueue()
+        self.provider, self.propagator = open_pipeline(
+            settings.tracing_endpoint, version, self.queue, EXPORT_TIMEOUT_S, EXPORT_BATCH_SPANS
+        )
+        self.tracer = self.provider.get_tracer(INSTRUMENTATION, version)
+        self.SERVER, self.CLIENT, self.INTERNAL = (
+            SpanKind.SERVER,
+            SpanKind.CLIENT,
+            SpanKind.INTERNAL,
+        )
+        self.ERROR = StatusCode.ERROR
+        self._in_context = set_span_in_context
+
+    def start_request(
+        self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
+    ) -> RequestTrace:
+        carrier = {}
+        for name, value in headers:
+            if name == b"traceparent" or name == b"tracestate":
+                carrier[name.decode()] = value.decode("latin-1")
+        parent = self.propagator.extract(carrier) if carrier else None
+        span = self.tracer.start_span(
+            f"{method} {path}",
+            context=parent,
+            kind=self.SERVER,
+            attributes={
+                "http.request.method": method,
+                "url.path": path,
+                "edgegw.request_id": request_id,
+            },
+        )
+        return RequestTrace(self, span)
+
+    def force_flush(self) -> bool:
+        """Export what is queued (blocking: call from a thread)."""
+        return self.provider.force_flush()
+
+    def shutdown(self) -> None:
+        """Export what is queued and stop the export thread (blocking: from a thread)."""
+        self.provider.shutdown()
+
+
+class RequestTrace:
+    """One request's spans: the server span and the hooks its children are made with."""
+
+    __slots__ = ("tracing", "server", "context")
+
+    def __init__(self, tracing: Tracing, server: Span) -> None:
+        self.tracing = tracing
+        self.server = server
+        self.context: Context = tracing._in_context(server)
+
+    @property
+    def trace_id(self) -> str:
+        return f"{self.server.get_span_context().trace_id:032x}"
+
+    def start(
+        self, name: str, *, client: bool = False, attributes: Mapping[str, Any] | None = None
+    ) -> Span:
+        """A child of the server span, ended by the caller (`end(span, error)`)."""
+        tr = self.tracing
+        return tr.tracer.start_span(
+            name,
+            context=self.context,
+            kind=tr.CLIENT if client else tr.INTERNAL,
+            attributes=attributes,
+        )
+
+    @contextmanager
+    def span(self, name: str, **attributes: Any) -> Iterator[Span]:
+        """A child span around a block; an exception leaving it marks it failed. The hook
+        for routing decisions and attempts (`route.attempt`, with `gen_ai.provider.name`,
+        `gen_ai.request.model`, `edgegw.route.reason`), guardrails and capacity checks."""
+        span = self.start(name, attributes=attributes or None)
+        try:
+            yield span
+        except BaseException as e:
+            self.fail(span, e)
+            raise
+        finally:
+            span.end()
+
+    def finish(self, status: int | None, error: str | None) -> None:
+        """End the server span with the answer's status (None: none was sent) and the
+        error code that ended the request, if any."""
+        span = self.server
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        if error is not None:
+            span.set_attribute("error.type", error)
+        if error is not None or status is None or status >= 500:
+            span.set_status(self.tracing.ERROR)
+        span.end()
+
+    def generation(
+        self,
+        *,
+        operation: str,
+        provider: str,
+        model: str,
+        response_model: str | None,
+        usage: Mapping[str, Any] | None,
+        finish_reasons: Sequence[str],
+        ttft_s: float | None,
+    ) -> None:
+        """The GenAI semantic-convention attributes of a chat or completions request."""
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": provider,
+            "gen_ai.system": provider,  # the conventions' older name, still read by many
+            "gen_ai.request.model": clip(model),
+        }
+        if response_model:
+            attrs["gen_ai.response.model"] = clip(response_model)
+        if usage:
+            for key, keys in (
+                ("gen_ai.usage.input_tokens", ("prompt_tokens", "input_tokens")),
+                ("gen_ai.usage.output_tokens", ("completion_tokens", "output_tokens")),
+            ):
+                n = next((usage[k] for k in keys if k in usage), None)
+                if isinstance(n, int) and not isinstance(n, bool):
+                    attrs[key] = n
+        if finish_reasons:
+            attrs["gen_ai.response.finish_reasons"] = [clip(r) for r in finish_reasons]
+        if ttft_s is not None:
+            attrs["gen_ai.server.time_to_first_token"] = ttft_s
+        self.server.set_attributes(attrs)
+
+    def fail(self, span: Span, e: BaseException | str) -> None:
+        code = e if isinstance(e, str) else getattr(e, "code", None) or type(e).__name__
+        span.set_attribute("error.type", str(code))
+        span.set_status(self.tracing.ERROR)
+
+    def upstream_headers(self, span: Span) -> list[tuple[bytes, bytes]]:
+        """`traceparent` (and `tracestate`) naming `span` as the parent, for the upstream."""
+        carrier: dict[str, str] = {}
+        self.tracing.propagator.inject(carrier, context=self.tracing._in_context(span))
+        return [(k.encode(), v.encode()) for k, v in carrier.items()]
+
+    def content(self, span: Span, event: str, text: str) -> None:
+        """A prompt or completion as a span event, only with TELEMETRY_TRACING_CONTENT."""
+        if self.tracing.content:
+            span.add_event(event, {"gen_ai.content": text[:MAX_CONTENT_CHARS]})
+
+
+def clip(value: str) -> str:
+    return value[:MAX_ATTRIBUTE_CHARS]

@@ -1,0 +1,277 @@
+"""Tracing against a real OTLP/HTTP receiver on loopback: the span tree of a chat request,
+a stream and a local request; the client's trace continued and propagated upstream; a
+collector that is down costs requests nothing and its drops are counted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+import trio
+
+from .conftest import Gateway, sample, scrape, start_gateway
+from .echo_upstream import Answer, EchoUpstream, Seen
+from .fake_sglang import FakeSGLang, Script
+from .otlp_receiver import OtlpReceiver, ReceivedSpan
+from .rawhttp import request
+from .test_local import local_gateway, profile_yaml
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
+SERVER, CLIENT = 2, 3  # opentelemetry-proto's Span.SpanKind
+CHAT = {"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "secret prompt"}]}
+ANSWER = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-4o-mini-2024-07-18",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+}
+
+
+def chunk(delta: dict, finish: str | None = None, usage: dict | None = None) -> bytes:
+    doc = {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "model": "gpt-4o-mini-2024-07-18",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    if usage is not None:
+        doc["usage"] = usage
+    return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+
+def answer(seen: Seen) -> Answer:
+    if orjson.loads(seen.body).get("stream"):
+        return Answer(
+            headers=[("content-type", "text/event-stream")],
+            chunks=[
+                chunk({"role": "assistant", "content": "Hel"}),
+                chunk({"content": "lo"}),
+                chunk({}, "stop", {"prompt_tokens": 7, "completion_tokens": 2}),
+                b"data: [DONE]\n\n",
+            ],
+            gap_s=0.01,
+        )
+    return Answer(body=orjson.dumps(ANSWER))
+
+
+@pytest.fixture
+async def collector(nursery: trio.Nursery) -> OtlpReceiver:
+    receiver = OtlpReceiver()
+    receiver.port = await nursery.start(receiver.serve)
+    return receiver
+
+
+@pytest.fixture
+async def upstream(nursery: trio.Nursery) -> EchoUpstream:
+    echo = EchoUpstream()
+    echo.answer = answer
+    await nursery.start(echo.serve)
+    return echo
+
+
+def tracing_env(endpoint: str, **extra: str) -> dict[str, str]:
+    return {
+        "TELEMETRY_ENABLED": "true",
+        "TELEMETRY_TRACING_ENABLED": "true",
+        "TELEMETRY_TRACING_OTLP_ENDPOINT": endpoint,
+        **extra,
+    }
+
+
+async def traced_gateway(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> Gateway:
+    return await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",  # path-less: /v1/traces is appended
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+
+
+async def exported(gw: Gateway, condition: Callable[[], bool]) -> None:
+    """Flush the gateway's spans until `condition()` holds (the server span ends just
+    after the answer's last byte)."""
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    with trio.fail_after(5):
+        while True:
+            await trio.to_thread.run_sync(tracing.force_flush)
+            if condition():
+                return
+            await trio.sleep(0.01)
+
+
+def server_span(collector: OtlpReceiver, path: str) -> ReceivedSpan | None:
+    found = [s for s in collector.spans if s.kind == SERVER and s.name == f"POST {path}"]
+    return found[-1] if found else None
+
+
+async def test_chat_span_tree_continues_the_clients_trace(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    gw = await traced_gateway(nursery, collector, upstream)
+    resp = await request(
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps(CHAT),
+        [("traceparent", TRACEPARENT), ("tracestate", "vendor=1")],
+    )
+    assert resp.status == 200, resp.body
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert (server.trace_id, server.parent_id) == (TRACE_ID, CLIENT_SPAN)
+    assert collector.tree(TRACE_ID)["POST /v1/chat/completions"] == [
+        "POST /v1/chat/completions",  # the upstream attempt
+        "parse",
+        "route",
+    ]
+    attempt = next(s for s in collector.spans if s.kind == CLIENT)
+    assert attempt.parent_id == server.span_id
+    assert attempt.attributes["http.response.status_code"] == 200
+    assert attempt.attributes["server.port"] == upstream.port
+    attrs = server.attributes
+    assert attrs["gen_ai.provider.name"] == "openai"
+    assert attrs["gen_ai.request.model"] == "openai/gpt-4o-mini"
+    assert attrs["gen_ai.response.model"] == "gpt-4o-mini-2024-07-18"
+    assert attrs["gen_ai.usage.input_tokens"] == 7
+    assert attrs["gen_ai.usage.output_tokens"] == 3
+    assert attrs["gen_ai.response.finish_reasons"] == ["stop"]
+    assert attrs["http.response.status_code"] == 200
+    assert attrs["edgegw.request_id"] == resp.headers[b"x-request-id"].decode()
+    assert server.resource["service.name"] == "edgegw"
+    # Propagated: the provider saw the same trace, with the attempt as its parent.
+    seen = upstream.seen[-1].headers
+    assert seen["traceparent"] == f"00-{TRACE_ID}-{attempt.span_id}-01"
+    assert seen["tracestate"] == "vendor=1"
+    assert seen["x-request-id"] == resp.headers[b"x-request-id"].decode()
+    # No prompt or completion text in any span without TELEMETRY_TRACING_CONTENT.
+    assert "secret prompt" not in repr(collector.spans)
+
+
+async def test_stream_span_has_ttft_and_histograms_have_exemplars(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    gw = await traced_gateway(nursery, collector, upstream)
+    resp = await request(
+        gw.port, "POST", "/v1/chat/completions", orjson.dumps({**CHAT, "stream": True})
+    )
+    assert resp.status == 200
+    assert resp.body.endswith(b"data: [DONE]\n\n")
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.attributes["gen_ai.server.time_to_first_token"] > 0
+    assert server.attributes["gen_ai.usage.output_tokens"] == 2
+    assert server.attributes["gen_ai.response.finish_reasons"] == ["stop"]
+    text = await scrape(gw.metrics_port)
+    # Three writes after the first: three gaps.
+    assert sample(text, "inference_gateway_inter_token_gap_seconds_count") == 3
+    assert sample(text, "gen_ai_server_time_to_first_token_seconds_count") == 1
+    om = await request(
+        gw.metrics_port, "GET", "/metrics", b"", [("accept", "application/openmetrics-text")]
+    )
+    assert f'# {{trace_id="{server.trace_id}"}}'.encode() in om.body
+
+
+async def test_local_request_span_tree(
+    nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
+) -> None:
+    worker = FakeSGLang(Script(tokens=3))
+    await nursery.start(worker.serve)
+    gw = await local_gateway(
+        nursery,
+        tmp_path,
+        profile_yaml([(worker.port, "default", None)]),
+        tracing_env(f"http://127.0.0.1:{collector.port}/v1/traces"),
+    )
+    body = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}
+    resp = await request(
+        gw.port, "POST", "/v1/chat/completions", orjson.dumps(body), [("traceparent", TRACEPARENT)]
+    )
+    assert resp.status == 200, resp.body
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    tree = collector.tree(TRACE_ID)
+    assert tree["POST /v1/chat/completions"] == ["POST /v1/chat/completions", "parse", "route"]
+    attempt = next(s for s in collector.spans if s.kind == CLIENT)
+    assert attempt.attributes["server.port"] == worker.port
+    sent = next(r for r in worker.requests if r.path == "/v1/chat/completions")
+    assert sent.headers["traceparent"] == f"00-{TRACE_ID}-{attempt.span_id}-01"
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.attributes["gen_ai.provider.name"] == "local"
+    # The gateway made the id: SIE's request id is the same one.
+    assert resp.headers[b"x-sie-request-id"] == resp.headers[b"x-request-id"]
+
+
+@pytest.mark.skip(reason="model routing with failover is not on this branch yet (issue 12)")
+async def test_failover_span_tree() -> None:
+    raise AssertionError("written with routing")
+
+
+async def test_collector_down_leaves_requests_alone_and_counts_drops(
+    nursery: trio.Nursery, upstream: EchoUpstream
+) -> None:
+    closed = trio.socket.socket()
+    await closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+    for _ in range(5):
+        resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+        assert resp.status == 200
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    await exported(gw, lambda: tracing.queue.dropped["export_failed"] >= 20)
+    text = await scrape(gw.metrics_port)
+    dropped = sample(text, "edgegw_tracing_spans_dropped_total", reason="export_failed")
+    assert dropped is not None and dropped >= 20  # 4 spans a request
+
+
+async def test_a_full_queue_drops_and_counts(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    gw = await traced_gateway(nursery, collector, upstream)
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    tracing.queue.limit = 2  # as if the exporter had fallen behind
+    tracing.queue.pending = 2
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200
+    await exported(gw, lambda: tracing.queue.dropped["queue_full"] >= 4)
+    text = await scrape(gw.metrics_port)
+    assert sample(text, "edgegw_tracing_spans_dropped_total", reason="queue_full") == 4
+
+
+def test_tracing_off_never_imports_the_sdk() -> None:
+    code = (
+        "import sys, trio\n"
+        "from edgegw.settings import Settings\n"
+        "from edgegw.telemetry.recording import Telemetry\n"
+        "import edgegw.server\n"
+        "t = Telemetry(Settings.load(environ={'TELEMETRY_ENABLED': 'true'}))\n"
+        "assert t.tracing is None\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
