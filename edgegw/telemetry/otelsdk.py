@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from edgegw.telemetry.tracing import SpanQueue
+from edgegw.telemetry.spanqueue import SpanQueue
 
 
 def open_pipeline(

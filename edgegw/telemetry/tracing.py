@@ -25,11 +25,11 @@ No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=t
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+from edgegw.telemetry.spanqueue import SpanQueue
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -39,67 +39,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgegw.tracing")
 
-# Ended spans waiting for export, at most: ~2 KB each, so a few MiB while a collector is
-# down (the SDK's default, OTEL_BSP_MAX_QUEUE_SIZE, is the same).
-MAX_QUEUED_SPANS = 2048
 # How long one export may take before its batch counts as dropped (the SDK default is 10 s;
 # a collector on the edge site's network answers in milliseconds).
 EXPORT_TIMEOUT_S = 5.0
 # Spans per export request (the SDK's default).
 EXPORT_BATCH_SPANS = 512
-# A drop is logged at most this often, with the count since the last line.
-DROP_LOG_INTERVAL_S = 60.0
 # Attribute values from clients (a model name) are cut to this length.
 MAX_ATTRIBUTE_CHARS = 256
 # TELEMETRY_TRACING_CONTENT: text kept per prompt or completion event.
 MAX_CONTENT_CHARS = 4096
 
 INSTRUMENTATION = "edgegw"
-
-
-class SpanQueue:
-    """The bound on spans waiting for export, and the counts of what became of them;
-    touched from the event loop (`admit`) and the export thread (`taken`, `exported`)."""
-
-    def __init__(self, limit: int = MAX_QUEUED_SPANS) -> None:
-        self._lock = threading.Lock()
-        self.limit = limit
-        self.pending = 0
-        self.exported = 0
-        self.dropped = {"queue_full": 0, "export_failed": 0}
-        self._logged_at = -DROP_LOG_INTERVAL_S
-        self._unlogged = 0
-
-    def admit(self) -> bool:
-        """Whether one more ended span may wait for export (else it is counted dropped)."""
-        with self._lock:
-            if self.pending < self.limit:
-                self.pending += 1
-                return True
-        self.drop("queue_full", 1)
-        return False
-
-    def taken(self, n: int) -> None:
-        """The exporter took a batch of `n`."""
-        with self._lock:
-            self.pending = max(0, self.pending - n)
-
-    def done(self, n: int, ok: bool) -> None:
-        if not ok:
-            self.drop("export_failed", n)
-            return
-        with self._lock:
-            self.exported += n
-
-    def drop(self, reason: str, n: int) -> None:
-        with self._lock:
-            self.dropped[reason] += n
-            self._unlogged += n
-            now = time.monotonic()
-            if now - self._logged_at < DROP_LOG_INTERVAL_S:
-                return
-            self._logged_at, n, self._unlogged = now, self._unlogged, 0
-        log.warning("tracing: %d span(s) dropped (%s); is the collector reachable?", n, reason)
 
 
 class Tracing:
