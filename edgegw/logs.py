@@ -22,7 +22,7 @@ import re
 import sys
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import orjson
 
@@ -103,17 +103,22 @@ class RepeatFilter(logging.Filter):
         return True
 
 
-def configure(settings: Settings, stream: object = None) -> logging.Handler:
+def handler(settings: Settings, stream: IO[str] | None = None) -> logging.Handler:
+    """A handler writing to `stream` (stderr) as LOG_FORMAT says, redacting, rate-limited."""
+    out = logging.StreamHandler(stream or sys.stderr)
+    out.setFormatter(Redacting(_formatter(settings.log_format), secrets_of(settings)))
+    out.addFilter(RepeatFilter())
+    return out
+
+
+def configure(settings: Settings) -> None:
     """The root logger's one handler, as LOG_LEVEL and LOG_FORMAT say."""
-    handler = logging.StreamHandler(stream or sys.stderr)  # type: ignore[arg-type]
-    handler.setFormatter(Redacting(_formatter(settings.log_format), secrets_of(settings)))
-    handler.addFilter(RepeatFilter())
+    handler_ = handler(settings)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+    root.addHandler(handler_)
     root.setLevel(settings.log_level)
-    return handler
 
 
 def _formatter(log_format: str) -> logging.Formatter:
