@@ -389,3 +389,30 @@ async def test_a_client_that_hangs_up_cancels_the_running_tool(nursery: trio.Nur
     with trio.fail_after(10):  # far below the tool's 30 s: it was cancelled
         while tools.running:  # noqa: ASYNC110 (the MCP server's state)
             await trio.sleep(0.05)
+
+
+async def test_each_tool_execution_is_a_span(nursery: trio.Nursery) -> None:
+    from .otlp_receiver import OtlpReceiver
+    from .test_tracing import exported
+
+    collector = OtlpReceiver()
+    collector.port = await nursery.start(collector.serve)
+    _, _, gw = await setup_gateway(
+        nursery,
+        add_then_answer,
+        TELEMETRY_ENABLED="true",
+        TELEMETRY_TRACING_ENABLED="true",
+        TELEMETRY_TRACING_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.port}",
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", chat())
+    assert resp.status == 200, resp.body
+    await exported(gw, lambda: any(s.name == "POST /v1/chat/completions" and s.kind == 2 for s in collector.spans))
+    server = next(s for s in collector.spans if s.kind == 2 and s.name == "POST /v1/chat/completions")
+    tree = collector.tree(server.trace_id)
+    # Two model calls and the tool run between them, all children of the request.
+    assert tree["POST /v1/chat/completions"].count("POST /v1/chat/completions") == 2
+    assert "execute_tool mcp_add" in tree["POST /v1/chat/completions"]
+    tool = next(s for s in collector.spans if s.name == "execute_tool mcp_add")
+    assert tool.attributes["gen_ai.tool.name"] == "mcp_add"
+    assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
+    assert tool.status_code != 2  # not an error

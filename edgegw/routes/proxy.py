@@ -28,6 +28,10 @@ PROXY_DROPPED_REQUEST_HEADERS = frozenset(
         b"connection",
         b"keep-alive",
         b"te",
+        # Set by edgegw: the request's own id and trace context.
+        b"x-request-id",
+        b"traceparent",
+        b"tracestate",
         b"trailer",
         b"transfer-encoding",
         b"upgrade",
@@ -82,6 +86,15 @@ async def proxy(gw: Gateway, call: Call) -> None:
     client = [(k, v) for k, v in call.headers if k not in PROXY_DROPPED_REQUEST_HEADERS]
     sent = {k for k, _ in client}
     headers = [*client, *((k, v) for k, v in target.auth if k not in sent)]
+    headers.append((b"x-request-id", call.request_id.encode()))
+    span = None
+    if call.trace is not None:
+        span = call.trace.start(
+            f"{call.method} {path.decode('latin-1')}",
+            client=True,
+            attributes={"server.address": target.origin.host, "server.port": target.origin.port},
+        )
+        headers += call.trace.upstream_headers(span)
     limit = gw.settings.max_body_bytes
     content_length = call.content_length(limit)
     received = 0
@@ -106,6 +119,14 @@ async def proxy(gw: Gateway, call: Call) -> None:
                 next_chunk,
                 content_length,
             )
-    except trio.TooSlowError:
-        raise upstream_timeout() from None
+    except BaseException as e:
+        if span is not None and call.trace is not None:
+            call.trace.fail(span, e)
+            span.end()
+        if isinstance(e, trio.TooSlowError):
+            raise upstream_timeout() from None
+        raise
+    if span is not None:
+        span.set_attribute("http.response.status_code", resp.status)
+        span.end()
     await gw.exchanges.relay_raw(call, resp, target.secret)

@@ -1,0 +1,114 @@
+"""What tracing costs a proxied request: server CPU µs per request with tracing off, on
+(spans exported to a collector on loopback) and, for "off", against the code before tracing
+(`--base DIR`: a checkout of the previous commit, run with this venv; its Rust core is the
+same). Throughput layout of bench/README.md: the gateway alone on core 1, the mock, the
+collector and the load generator on core 0; rounds interleaved in random order, medians.
+
+    python -m bench.tracing [--rounds 5] [--seconds 6] [--base /tmp/edgegw-base]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from bench.harness import CHAT, CORE_A, CORE_B, free_port, load, loadavg, mock_args, process
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """An OTLP/HTTP collector that takes every batch and keeps nothing."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _gateway(port: int, mock_port: int, sink_port: int, tracing: bool, base: str | None):
+    env = {
+        "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
+        "OPENAI_API_KEY": "bench-key",
+        "LOG_LEVEL": "WARNING",
+        "EDGEGW_WORKERS": "1",
+        "TELEMETRY_ENABLED": "true",
+        "TELEMETRY_METRICS_PORT": "0",
+        "TELEMETRY_TRACING_ENABLED": "true" if tracing else "false",
+        "TELEMETRY_TRACING_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+    }
+    if base is None:
+        args = ["-m", "edgegw", "serve", "--port", str(port)]
+    else:  # the code before tracing, first on sys.path
+        args = [
+            "-c",
+            f"import sys; sys.path.insert(0, {base!r}); from edgegw.__main__ import main; "
+            f"sys.exit(main(['serve', '--port', '{port}']))",
+        ]
+    return process(args, CORE_B, env, port)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.tracing")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=6.0)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--base", help="a checkout of the code before tracing")
+    ns = parser.parse_args()
+    os.sched_setaffinity(0, {CORE_A})
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    sink_port = sink.server_address[1]
+    mock_port = free_port()
+    cells = {"tracing off": (False, None), "tracing on": (True, None)}
+    if ns.base:
+        cells["before tracing"] = (False, ns.base)
+    ports = {name: free_port() for name in cells}
+    cpu: dict[str, list[float]] = {name: [] for name in cells}
+    rps: dict[str, list[float]] = {name: [] for name in cells}
+    print(f"load average before: {loadavg()}")
+    with process(mock_args(mock_port), CORE_A, port=mock_port):
+        procs = {}
+        try:
+            for name, (tracing, base) in cells.items():
+                ctx = _gateway(ports[name], mock_port, sink_port, tracing, base)
+                procs[name] = (ctx, ctx.__enter__())
+            for name in cells:  # warm-up
+                load(ports[name], CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
+            for _ in range(ns.rounds):
+                order = list(cells)
+                random.shuffle(order)
+                for name in order:
+                    r = load(
+                        ports[name], CHAT, "/v1/chat/completions", ns.connections,
+                        ns.seconds, 1_000_000, pid=procs[name][1].pid,
+                    )  # fmt: skip
+                    assert r.errors == 0, (name, r.statuses, r.error_kinds)
+                    cpu[name].append(r.server_cpu_s / r.requests * 1e6)
+                    rps[name].append(r.rps)
+        finally:
+            for ctx, _ in procs.values():
+                ctx.__exit__(*sys.exc_info())
+    print(f"load average after: {loadavg()}")
+    for name in cells:
+        print(
+            f"{name:15s} server CPU {statistics.median(cpu[name]):6.0f} µs/req "
+            f"(rounds: {', '.join(f'{x:.0f}' for x in cpu[name])}), "
+            f"{statistics.median(rps[name]):6.0f} req/s"
+        )
+    off, on = statistics.median(cpu["tracing off"]), statistics.median(cpu["tracing on"])
+    print(f"tracing on adds {on - off:.0f} µs/req, {100 * (on - off) / off:.1f} % of the request")
+    if ns.base:
+        before = statistics.median(cpu["before tracing"])
+        print(f"tracing off vs before: {off - before:+.0f} µs/req ({100 * (off - before) / before:+.1f} %)")
+
+
+if __name__ == "__main__":
+    main()
