@@ -107,7 +107,9 @@ def main() -> None:
     print(f"tracing on adds {on - off:.0f} µs/req, {100 * (on - off) / off:.1f} % of the request")
     if ns.base:
         before = statistics.median(cpu["before tracing"])
-        print(f"tracing off vs before: {off - before:+.0f} µs/req ({100 * (off - before) / before:+.1f} %)")
+        print(
+            f"tracing off vs before: {off - before:+.0f} µs/req ({100 * (off - before) / before:+.1f} %)"
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ def answer(seen: Seen) -> Answer:
         body = {"error": {"message": f"Incorrect API key provided: {auth}", "code": "bad_key"}}
         return Answer(status=401, body=orjson.dumps(body))
     if model == "broken":
-        return Answer(status=500, body=b'{"error":{"message":"boom ' + PROVIDER_KEY.encode() + b'"}}')
+        return Answer(
+            status=500, body=b'{"error":{"message":"boom ' + PROVIDER_KEY.encode() + b'"}}'
+        )
     if doc.get("stream"):
         return Answer(
             headers=[("content-type", "text/event-stream")],
@@ -79,7 +81,11 @@ async def gateway(nursery: trio.Nursery, upstream_port: int, **extra: str) -> Ga
 
 
 async def chat(gw: Gateway, model: str, *, stream: bool = False, key: str = CLIENT_KEY):
-    body = {"model": f"openai/{model}", "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    body = {
+        "model": f"openai/{model}",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     return await request(
         gw.port,
         "POST",
@@ -146,7 +152,9 @@ async def test_repeats_of_one_upstream_error_are_rate_limited(
     for _ in range(4):
         assert (await chat(gw, "gpt-4o-mini")).status == 502
     warnings = [
-        r for r in lines(buffer) if r["level"] == "WARNING" and "upstream_unreachable" in r["message"]
+        r
+        for r in lines(buffer)
+        if r["level"] == "WARNING" and "upstream_unreachable" in r["message"]
     ]
     assert len(warnings) == 1
     assert len([r for r in lines(buffer) if r["logger"] == "edgegw.access"]) == 4
@@ -156,7 +164,9 @@ def test_text_is_the_default_format() -> None:
     settings = Settings.load(environ={"OPENAI_API_KEY": PROVIDER_KEY})
     buffer = io.StringIO()
     out = handler(settings, buffer)
-    record = logging.LogRecord("edgegw.x", logging.INFO, __file__, 1, "key %s", (PROVIDER_KEY,), None)
+    record = logging.LogRecord(
+        "edgegw.x", logging.INFO, __file__, 1, "key %s", (PROVIDER_KEY,), None
+    )
     out.handle(record)
     line = buffer.getvalue()
     assert "INFO edgegw.x: key [REDACTED]" in line

@@ -157,3 +157,42 @@ def test_a_network_facing_gateway_without_client_auth_is_warned_about() -> None:
     ):
         s = Settings.load(environ=env)
         assert exposure(s.host, bool(s.api_keys or s.auth_enabled)) is None
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "url"),
+    [
+        ("http://collector:4318", "http://collector:4318/v1/traces"),
+        ("http://collector:4318/", "http://collector:4318/v1/traces"),
+        ("https://otel.example/custom/path", "https://otel.example/custom/path"),
+        ("http://collector:4318/v1/traces", "http://collector:4318/v1/traces"),
+    ],
+)
+def test_tracing_endpoint_gets_v1_traces_when_pathless(endpoint: str, url: str) -> None:
+    s = Settings.load(
+        environ={
+            "TELEMETRY_ENABLED": "true",
+            "TELEMETRY_TRACING_ENABLED": "true",
+            "TELEMETRY_TRACING_OTLP_ENDPOINT": endpoint,
+        }
+    )
+    assert s.tracing_enabled and s.tracing_endpoint == url
+
+
+def test_tracing_needs_telemetry_and_says_so() -> None:
+    from edgegw.envcheck import unhonoured
+
+    env = {"TELEMETRY_TRACING_ENABLED": "true"}
+    assert not Settings.load(environ=env).tracing_enabled
+    assert any("TELEMETRY_ENABLED is not true" in m for m in unhonoured(env))
+    assert not any("TELEMETRY_TRACING" in m for m in unhonoured({**env, "TELEMETRY_ENABLED": "true"}))
+    assert any("OTEL_PROPAGATORS" in m for m in unhonoured({"OTEL_PROPAGATORS": "b3"}))
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [({"LOG_FORMAT": "xml"}, "LOG_FORMAT"), ({"TELEMETRY_TRACING_OTLP_ENDPOINT": "ftp://x"}, "TELEMETRY_TRACING_OTLP_ENDPOINT")],
+)
+def test_bad_observability_values_name_the_variable(env: dict[str, str], variable: str) -> None:
+    with pytest.raises(SettingsError, match=variable):
+        Settings.load(environ=env)

@@ -29,7 +29,9 @@ ANSWER = {
     "id": "chatcmpl-1",
     "object": "chat.completion",
     "model": "gpt-4o-mini-2024-07-18",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ],
     "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
 }
 
