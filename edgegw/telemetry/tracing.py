@@ -4,11 +4,18 @@ The OpenTelemetry SDK is imported only when tracing is on (`Tracing`, built by
 `Telemetry`): it costs a quarter of a second of every start. With tracing off no request
 pays anything but `call.trace is None`: every hook in the request path is one such check.
 
-The SDK's parts are constructed here by class, never looked up by entry-point name (the
-frozen binary has no entry points): the OTLP/HTTP protobuf exporter, one
+The SDK's parts are constructed by class, never looked up by entry-point name (the frozen
+binary has no entry points; edgegw.telemetry.otelsdk): the OTLP/HTTP protobuf exporter, one
 `BatchSpanProcessor` (its own thread: export never runs on the event loop), the W3C trace
-context propagator, a parent-based always-on sampler, a resource of our own attributes
-plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES.
+context propagator (reading a client's `traceparent`), a resource of our own attributes plus
+OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES.
+
+A request's spans are recorded here as plain objects (`Span`: name, ids, times, a dict of
+attributes) and handed to the batch processor as the SDK's `ReadableSpan` when they end,
+rather than made by the SDK's tracer: its `start_span` validated every attribute, sampled,
+locked and called processors, three quarters of what tracing cost a request (bench.tracing,
+bench/README.md). The sampling is the SDK's default, parent-based always-on: a client's trace
+that is not sampled (`traceparent` flags 00) records nothing.
 
 Export never blocks a request. At most MAX_QUEUED_SPANS ended spans wait for the exporter;
 past that a span is dropped, and so is a batch the collector did not take: both are counted
@@ -25,6 +32,8 @@ No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=t
 from __future__ import annotations
 
 import logging
+import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -32,10 +41,8 @@ from typing import TYPE_CHECKING, Any
 from edgegw.telemetry.spanqueue import SpanQueue
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
-    from opentelemetry.trace import Span
-
     from edgegw.settings import Settings
+    from edgegw.telemetry.otelsdk import Pipeline
 
 log = logging.getLogger("edgegw.tracing")
 
@@ -48,86 +55,141 @@ EXPORT_BATCH_SPANS = 512
 MAX_ATTRIBUTE_CHARS = 256
 # TELEMETRY_TRACING_CONTENT: text kept per prompt or completion event.
 MAX_CONTENT_CHARS = 4096
+# Events kept per span (the SDK's default limit is 128).
+MAX_EVENTS = 128
 
 INSTRUMENTATION = "edgegw"
+# opentelemetry-proto's SpanKind values.
+INTERNAL, SERVER, CLIENT = 1, 2, 3
+
+
+def _span_id() -> int:
+    return int.from_bytes(os.urandom(8)) or 1
+
+
+class Span:
+    """One span being recorded: what the SDK's `ReadableSpan` is made of when it ends."""
+
+    __slots__ = (
+        "trace",
+        "name",
+        "span_id",
+        "parent_id",
+        "kind",
+        "attributes",
+        "events",
+        "start_ns",
+        "error",
+        "ended",
+    )
+
+    def __init__(
+        self,
+        trace: RequestTrace,
+        name: str,
+        parent_id: int | None,
+        kind: int,
+        attributes: dict[str, Any],
+    ) -> None:
+        self.trace = trace
+        self.name = name
+        self.span_id = _span_id()
+        self.parent_id = parent_id
+        self.kind = kind
+        self.attributes = attributes
+        self.events: list[tuple[str, dict[str, Any], int]] | None = None
+        self.start_ns = time.time_ns()
+        self.error = False
+        self.ended = False
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self.attributes.update(attributes)
+
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        if self.events is None:
+            self.events = []
+        if len(self.events) < MAX_EVENTS:
+            self.events.append((name, dict(attributes or {}), time.time_ns()))
+
+    def end(self) -> None:
+        if not self.ended:
+            self.ended = True
+            self.trace.tracing.pipeline.export(self, time.time_ns())
 
 
 class Tracing:
     """The process's tracer and its export pipeline (module doc)."""
 
     def __init__(self, settings: Settings, version: str = "0.1.0") -> None:
-        from opentelemetry.trace import SpanKind, StatusCode, set_span_in_context
-
-        from edgegw.telemetry.otelsdk import open_pipeline
+        from edgegw.telemetry.otelsdk import Pipeline
 
         self.settings = settings
         self.content = settings.tracing_content
         self.queue = SpanQueue()
-        self.provider, self.propagator = open_pipeline(
+        self.pipeline: Pipeline = Pipeline(
             settings.tracing_endpoint, version, self.queue, EXPORT_TIMEOUT_S, EXPORT_BATCH_SPANS
         )
-        self.tracer = self.provider.get_tracer(INSTRUMENTATION, version)
-        self.SERVER, self.CLIENT, self.INTERNAL = (
-            SpanKind.SERVER,
-            SpanKind.CLIENT,
-            SpanKind.INTERNAL,
-        )
-        self.ERROR = StatusCode.ERROR
-        self._in_context = set_span_in_context
 
     def start_request(
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
-    ) -> RequestTrace:
-        carrier = {}
-        for name, value in headers:
+    ) -> RequestTrace | None:
+        """The request's trace, continuing the client's; None when the client's trace is
+        not sampled."""
+        parent = None
+        for name, _ in headers:
             if name == b"traceparent" or name == b"tracestate":
-                carrier[name.decode()] = value.decode("latin-1")
-        parent = self.propagator.extract(carrier) if carrier else None
-        span = self.tracer.start_span(
+                parent = self.pipeline.parent(headers)
+                break
+        if parent is None:
+            trace_id, parent_id, state = int.from_bytes(os.urandom(16)) or 1, None, ""
+        elif not parent.sampled:
+            return None
+        else:
+            trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.state
+        trace = RequestTrace(self, trace_id, state)
+        trace.server = Span(
+            trace,
             f"{method} {path}",
-            context=parent,
-            kind=self.SERVER,
-            attributes={
-                "http.request.method": method,
-                "url.path": path,
-                "edgegw.request_id": request_id,
-            },
+            parent_id,
+            SERVER,
+            {"http.request.method": method, "url.path": path, "edgegw.request_id": request_id},
         )
-        return RequestTrace(self, span)
+        return trace
 
     def force_flush(self) -> bool:
         """Export what is queued (blocking: call from a thread)."""
-        return self.provider.force_flush()
+        return self.pipeline.force_flush()
 
     def shutdown(self) -> None:
         """Export what is queued and stop the export thread (blocking: from a thread)."""
-        self.provider.shutdown()
+        self.pipeline.shutdown()
 
 
 class RequestTrace:
     """One request's spans: the server span and the hooks its children are made with."""
 
-    __slots__ = ("tracing", "server", "context")
+    __slots__ = ("tracing", "id", "state", "server")
 
-    def __init__(self, tracing: Tracing, server: Span) -> None:
+    def __init__(self, tracing: Tracing, trace_id: int, state: str) -> None:
         self.tracing = tracing
-        self.server = server
-        self.context: Context = tracing._in_context(server)
+        self.id = trace_id
+        # The client's `tracestate`, passed on as it came.
+        self.state = state
+        self.server: Span
 
     @property
     def trace_id(self) -> str:
-        return f"{self.server.get_span_context().trace_id:032x}"
+        return f"{self.id:032x}"
 
     def start(
         self, name: str, *, client: bool = False, attributes: Mapping[str, Any] | None = None
     ) -> Span:
-        """A child of the server span, ended by the caller (`end(span, error)`)."""
-        tr = self.tracing
-        return tr.tracer.start_span(
-            name,
-            context=self.context,
-            kind=tr.CLIENT if client else tr.INTERNAL,
-            attributes=attributes,
+        """A child of the server span, ended by the caller (`span.end()`)."""
+        return Span(
+            self, name, self.server.span_id, CLIENT if client else INTERNAL, dict(attributes or {})
         )
 
     @contextmanager
@@ -153,7 +215,7 @@ class RequestTrace:
         if error is not None:
             span.set_attribute("error.type", error)
         if error is not None or status is None or status >= 500:
-            span.set_status(self.tracing.ERROR)
+            span.error = True
         span.end()
 
     def generation(
@@ -193,13 +255,14 @@ class RequestTrace:
     def fail(self, span: Span, e: BaseException | str) -> None:
         code = e if isinstance(e, str) else getattr(e, "code", None) or type(e).__name__
         span.set_attribute("error.type", str(code))
-        span.set_status(self.tracing.ERROR)
+        span.error = True
 
     def upstream_headers(self, span: Span) -> list[tuple[bytes, bytes]]:
         """`traceparent` (and `tracestate`) naming `span` as the parent, for the upstream."""
-        carrier: dict[str, str] = {}
-        self.tracing.propagator.inject(carrier, context=self.tracing._in_context(span))
-        return [(k.encode(), v.encode()) for k, v in carrier.items()]
+        out = [(b"traceparent", b"00-%032x-%016x-01" % (self.id, span.span_id))]
+        if self.state:
+            out.append((b"tracestate", self.state.encode()))
+        return out
 
     def content(self, span: Span, event: str, text: str) -> None:
         """A prompt or completion as a span event, only with TELEMETRY_TRACING_CONTENT."""
