@@ -1,5 +1,6 @@
 """What tracing costs a proxied request: server CPU µs per request with tracing off, on
-(spans exported to a collector on loopback) and, for "off", against the code before tracing
+(spans exported to a collector on loopback), off with the access log (LOG_LEVEL=INFO) and,
+for "off", against the code before tracing
 (`--base DIR`: a checkout of the previous commit, run with this venv; its Rust core is the
 same). Throughput layout of bench/README.md: the gateway alone on core 1, the mock, the
 collector and the load generator on core 0; rounds interleaved in random order, medians.
@@ -33,11 +34,13 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
-def _gateway(port: int, mock_port: int, sink_port: int, tracing: bool, base: str | None):
+def _gateway(
+    port: int, mock_port: int, sink_port: int, tracing: bool, base: str | None, level: str
+):
     env = {
         "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
         "OPENAI_API_KEY": "bench-key",
-        "LOG_LEVEL": "WARNING",
+        "LOG_LEVEL": level,  # INFO: one access line per request (to /dev/null here)
         "EDGEGW_WORKERS": "1",
         "TELEMETRY_ENABLED": "true",
         "TELEMETRY_METRICS_PORT": "0",
@@ -67,9 +70,13 @@ def main() -> None:
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     sink_port = sink.server_address[1]
     mock_port = free_port()
-    cells = {"tracing off": (False, None), "tracing on": (True, None)}
+    cells = {
+        "tracing off": (False, None, "WARNING"),
+        "tracing on": (True, None, "WARNING"),
+        "off, access log": (False, None, "INFO"),
+    }
     if ns.base:
-        cells["before tracing"] = (False, ns.base)
+        cells["before tracing"] = (False, ns.base, "WARNING")
     ports = {name: free_port() for name in cells}
     cpu: dict[str, list[float]] = {name: [] for name in cells}
     rps: dict[str, list[float]] = {name: [] for name in cells}
@@ -77,8 +84,8 @@ def main() -> None:
     with process(mock_args(mock_port), CORE_A, port=mock_port):
         procs = {}
         try:
-            for name, (tracing, base) in cells.items():
-                ctx = _gateway(ports[name], mock_port, sink_port, tracing, base)
+            for name, (tracing, base, level) in cells.items():
+                ctx = _gateway(ports[name], mock_port, sink_port, tracing, base, level)
                 procs[name] = (ctx, ctx.__enter__())
             for name in cells:  # warm-up
                 load(ports[name], CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
@@ -105,6 +112,8 @@ def main() -> None:
         )
     off, on = statistics.median(cpu["tracing off"]), statistics.median(cpu["tracing on"])
     print(f"tracing on adds {on - off:.0f} µs/req, {100 * (on - off) / off:.1f} % of the request")
+    logged = statistics.median(cpu["off, access log"])
+    print(f"the access log adds {logged - off:.0f} µs/req ({100 * (logged - off) / off:.1f} %)")
     if ns.base:
         before = statistics.median(cpu["before tracing"])
         print(

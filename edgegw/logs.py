@@ -11,7 +11,7 @@ every line, repeats of the same warning rate-limited, and one access-log line pe
 - The same warning (logger, message and arguments) is written at most once per
   REPEAT_INTERVAL_S; the next line after the interval says how many were held back. An
   upstream that fails every request therefore logs one line a minute, not one per request.
-- The access line (logger `edgegw.access`, INFO): method, route, status, duration, time to
+- The access line (logger `edgegw.access`, INFO; DEBUG for /health): method, route, status, duration, time to
   first token of a stream, provider, model, request id, client address.
 """
 
@@ -144,7 +144,9 @@ def secrets_of(settings: Settings) -> list[str]:
 
 def access_line(call: Call, duration_s: float) -> None:
     """The request's one access-log line (module doc)."""
-    if not access_log.isEnabledFor(logging.INFO):
+    # Probes (/health every few seconds) are logged at DEBUG only.
+    level = logging.DEBUG if call.path == "/health" else logging.INFO
+    if not access_log.isEnabledFor(level):
         return
     note = call.note
     status = note.status or call.status or 0
@@ -152,15 +154,16 @@ def access_line(call: Call, duration_s: float) -> None:
     address = f"{client[0]}:{client[1]}" if client else "-"
     ttft_ms = None if note.ttft_s is None else round(note.ttft_s * 1000, 1)
     duration_ms = round(duration_s * 1000, 1)
-    access_log.info(
-        "%s %s %d %.1fms ttft=%s provider=%s model=%.200r id=%s client=%s",
+    access_log.log(
+        level,
+        "%s %s %d %.1fms ttft=%s provider=%s model=%s id=%s client=%s",
         call.method,
         call.path,
         status,
         duration_ms,
         "-" if ttft_ms is None else f"{ttft_ms}ms",
         note.provider or "-",
-        note.model or "-",
+        "-" if note.model is None else repr(note.model[:200]),
         call.request_id,
         address,
         extra={
