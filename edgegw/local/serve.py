@@ -119,7 +119,7 @@ async def serve(
         (b"x-sie-request-id", rid.encode()),
         *response_headers,
     )
-    outcome = Outcome()
+    outcome = Outcome(response_model=rt.profile.name)
     normalizer = ChatStream(
         rid,
         rt.profile.name,
@@ -156,6 +156,11 @@ async def serve(
             )
             outcome.usage = answer.get("usage")
             outcome.tool_calls = answer_tool_names(answer)
+            outcome.finish_reasons = [
+                c["finish_reason"]
+                for c in answer.get("choices") or ()
+                if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
+            ]
             await call.respond_json(200, orjson.dumps(answer), extra)
             outcome.first_chunk_at = trio.current_time()
             finished = True
