@@ -236,7 +236,13 @@ class Exchanges:
         complete = False
         with self.open(call, float("inf")) as ex:
             try:
-                headers = [(k, v) for k, v in resp.headers if k not in HOP_BY_HOP_RESPONSE_HEADERS]
+                # The upstream's own request id is kept under another name: X-Request-Id
+                # is the gateway's (edgegw.asgi), the one its logs and spans know.
+                headers = [
+                    (b"x-upstream-request-id" if k == b"x-request-id" else k, v)
+                    for k, v in resp.headers
+                    if k not in HOP_BY_HOP_RESPONSE_HEADERS
+                ]
                 if resp.header(b"transfer-encoding") is not None:
                     # The upstream framed its body by chunks: a Content-Length beside them
                     # (RFC 9112 §6.3: to be ignored) must not frame the client's copy.
