@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
@@ -24,9 +24,6 @@ from opentelemetry.trace import (
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from edgegw.telemetry.spanqueue import SpanQueue
-
-if TYPE_CHECKING:
-    from edgegw.telemetry.tracing import Span
 
 KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT}
 SAMPLED = TraceFlags(TraceFlags.SAMPLED)
@@ -98,38 +95,43 @@ class Pipeline:
             ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, ctx.trace_state.to_header()
         )
 
-    def export(self, span: Span, end_ns: int) -> None:
-        """Queue an ended span for export, or count it dropped when the queue is full."""
+    def export(
+        self,
+        name: str,
+        ids: tuple[int, int, int | None],
+        remote_parent: bool,
+        kind: int,
+        attributes: dict[str, Any],
+        events: list[tuple[str, dict[str, Any], int]] | None,
+        times: tuple[int, int],
+        error: bool,
+        trace_state: str,
+    ) -> None:
+        """Queue an ended span for export, or count it dropped when the queue is full.
+        `ids`: (trace id, span id, parent span id or None); `times`: (start, end) in ns."""
         if not self.queue.admit():
             return
-        trace = span.trace
-        state = TraceState.from_header([trace.state]) if trace.state else None
+        trace_id, span_id, parent_id = ids
+        state = TraceState.from_header([trace_state]) if trace_state else None
         parent = None
-        if span.parent_id is not None:
+        if parent_id is not None:
             parent = SpanContext(
-                trace.id,
-                span.parent_id,
-                is_remote=span is trace.server,
-                trace_flags=SAMPLED,
-                trace_state=state,
+                trace_id, parent_id, is_remote=remote_parent, trace_flags=SAMPLED, trace_state=state
             )
-        events: Sequence[Event] = ()
-        if span.events:
-            events = tuple(Event(name, attrs, ts) for name, attrs, ts in span.events)
         self.processor.on_end(
             ReadableSpan(
-                name=span.name,
+                name=name,
                 context=SpanContext(
-                    trace.id, span.span_id, is_remote=False, trace_flags=SAMPLED, trace_state=state
+                    trace_id, span_id, is_remote=False, trace_flags=SAMPLED, trace_state=state
                 ),
                 parent=parent,
                 resource=self.resource,
-                attributes=span.attributes,
-                events=events,
-                kind=KINDS[span.kind],
-                status=ERROR if span.error else OK,
-                start_time=span.start_ns,
-                end_time=end_ns,
+                attributes=attributes,
+                events=tuple(Event(n, a, ts) for n, a, ts in events) if events else (),
+                kind=KINDS[kind],
+                status=ERROR if error else OK,
+                start_time=times[0],
+                end_time=times[1],
                 instrumentation_scope=self.scope,
             )
         )

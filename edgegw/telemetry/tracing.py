@@ -117,7 +117,18 @@ class Span:
     def end(self) -> None:
         if not self.ended:
             self.ended = True
-            self.trace.tracing.pipeline.export(self, time.time_ns())
+            trace = self.trace
+            trace.tracing.pipeline.export(
+                self.name,
+                (trace.id, self.span_id, self.parent_id),
+                self is trace.server,  # the server span's parent is the client's
+                self.kind,
+                self.attributes,
+                self.events,
+                (self.start_ns, time.time_ns()),
+                self.error,
+                trace.state,
+            )
 
 
 class Tracing:
