@@ -1,5 +1,5 @@
 """Tracing against a real OTLP/HTTP receiver on loopback: the span tree of a chat request,
-a stream and a local request; the client's trace continued and propagated upstream; a
+a stream, a local request and a routed request's failover; the client's trace continued and propagated upstream; a
 collector that is down costs requests nothing and its drops are counted."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import orjson
 import pytest
 import trio
 
-from .conftest import Gateway, sample, scrape, start_gateway
+from edgegw.bench.mock import MockUpstream
+
+from .conftest import UPSTREAM_KEY, Gateway, sample, scrape, start_gateway
 from .echo_upstream import Answer, EchoUpstream, Seen
 from .fake_sglang import FakeSGLang, Script
 from .otlp_receiver import OtlpReceiver, ReceivedSpan
@@ -217,9 +219,49 @@ async def test_local_request_span_tree(
     assert resp.headers[b"x-sie-request-id"] == resp.headers[b"x-request-id"]
 
 
-@pytest.mark.skip(reason="model routing with failover is not on this branch yet (issue 12)")
-async def test_failover_span_tree() -> None:
-    raise AssertionError("written with routing")
+async def test_failover_span_tree(
+    nursery: trio.Nursery, collector: OtlpReceiver, mock: MockUpstream, tmp_path: Path
+) -> None:
+    """A routed request whose first deployment answers 500: one `route.attempt` span per
+    deployment, the first failed with the failover's reason, an upstream attempt for each."""
+    config = tmp_path / "routing.json"
+    deployments = [
+        {"provider": "openai", "model": "mock-error-500"},
+        {"provider": "groq", "model": "m2"},
+    ]
+    config.write_bytes(
+        orjson.dumps({"models": {"fast": {"strategy": "round_robin", "deployments": deployments}}})
+    )
+    env = tracing_env(
+        f"http://127.0.0.1:{collector.port}",
+        ROUTING_ENABLED="true",
+        ROUTING_CONFIG_PATH=str(config),
+    )
+    for pid in ("openai", "groq"):
+        env[f"{pid.upper()}_API_URL"] = f"http://127.0.0.1:{mock.port}/v1"
+        env[f"{pid.upper()}_API_KEY"] = UPSTREAM_KEY
+    gw = await start_gateway(nursery, env)
+    resp = await request(
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({"model": "fast", "messages": [{"role": "user", "content": "hi"}]}),
+        [("traceparent", TRACEPARENT)],
+    )
+    assert resp.status == 200, resp.body
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    tree = collector.tree(TRACE_ID)
+    children = tree["POST /v1/chat/completions"]
+    assert children.count("route.attempt") == 2
+    assert children.count("POST /v1/chat/completions") == 2  # one upstream attempt each
+    attempts = sorted(
+        (s for s in collector.spans if s.name == "route.attempt"), key=lambda s: s.start_ns
+    )
+    assert [a.attributes["gen_ai.provider.name"] for a in attempts] == ["openai", "groq"]
+    assert attempts[0].status_code == 2 and attempts[0].attributes["error.type"] == "500"
+    assert attempts[1].status_code != 2
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None and server.attributes["gen_ai.provider.name"] == "groq"
 
 
 async def test_collector_down_leaves_requests_alone_and_counts_drops(

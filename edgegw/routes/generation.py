@@ -217,7 +217,18 @@ def _alias(gw: Gateway, call: Call, model: str) -> Pool | None:
 async def _deployment(
     gw: Gateway, call: Call, req: ParsedRequest, forbid: bool, d: Deployment, screen: Screen
 ) -> Outcome:
-    """One attempt of a routed request: deployment `d`, local or remote, as if named."""
+    """One attempt of a routed request: deployment `d`, local or remote, as if named; with
+    tracing on, one `route.attempt` span (its upstream attempts are its siblings)."""
+    if call.trace is None:
+        return await _attempt(gw, call, req, forbid, d, screen)
+    attrs = {"gen_ai.provider.name": d.provider, "gen_ai.request.model": d.model[:256]}
+    with call.trace.span("route.attempt", **attrs):
+        return await _attempt(gw, call, req, forbid, d, screen)
+
+
+async def _attempt(
+    gw: Gateway, call: Call, req: ParsedRequest, forbid: bool, d: Deployment, screen: Screen
+) -> Outcome:
     headers = selected_headers(d)
     if d.provider == LOCAL:
         rt = gw.fleet.models[d.model]

@@ -264,7 +264,11 @@ class RequestTrace:
         self.server.set_attributes(attrs)
 
     def fail(self, span: Span, e: BaseException | str) -> None:
-        code = e if isinstance(e, str) else getattr(e, "code", None) or type(e).__name__
+        code = (
+            e
+            if isinstance(e, str)
+            else getattr(e, "code", None) or getattr(e, "reason", None) or type(e).__name__
+        )
         span.set_attribute("error.type", str(code))
         span.error = True
 
