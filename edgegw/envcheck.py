@@ -21,15 +21,20 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
     "GUARDRAILS_": "guardrails are not implemented yet",
     # The OpenTelemetry SDK's own variables that edgegw fixes (edgegw.telemetry.tracing);
-    # the rest (OTEL_BSP_*, OTEL_EXPORTER_OTLP_TRACES_HEADERS/_TIMEOUT/_COMPRESSION/
-    # _CERTIFICATE, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) the SDK honours.
+    # the SDK honours OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS,
+    # _COMPRESSION, _CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE, OTEL_SERVICE_NAME and
+    # OTEL_RESOURCE_ATTRIBUTES; edgegw reads OTEL_TRACES_SAMPLER(_ARG) (settings).
+    "OTEL_BSP_MAX_QUEUE_SIZE": "edgegw bounds the export queue at 2048 spans",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "edgegw exports 512 spans per request at most",
+    "OTEL_BSP_EXPORT_TIMEOUT": "edgegw bounds each export at 5 s",
+    "OTEL_EXPORTER_OTLP_TIMEOUT": "edgegw bounds each export at 5 s",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "edgegw bounds each export at 5 s",
     "OTEL_TRACES_EXPORTER": "edgegw exports spans by OTLP/HTTP protobuf only",
     "OTEL_EXPORTER_OTLP_PROTOCOL": "edgegw exports spans by OTLP/HTTP protobuf only",
     "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "edgegw exports spans by OTLP/HTTP protobuf only",
     "OTEL_EXPORTER_OTLP_ENDPOINT": "edgegw reads TELEMETRY_TRACING_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "edgegw reads TELEMETRY_TRACING_OTLP_ENDPOINT",
     "OTEL_PROPAGATORS": "edgegw propagates W3C trace context (traceparent, tracestate) only",
-    "OTEL_TRACES_SAMPLER": "edgegw samples as its client asked (parent-based, else always)",
     "OTEL_SDK_DISABLED": "edgegw reads TELEMETRY_TRACING_ENABLED",
     "DEBUG_CONTENT_TRUNCATE_WORDS": "edgegw logs no prompt or completion text",
     "DEBUG_MAX_MESSAGES": "edgegw logs no prompt or completion text",

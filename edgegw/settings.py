@@ -113,6 +113,10 @@ class Settings:
     # TELEMETRY_TRACING_CONTENT: prompts and completions as span events. Off unless asked:
     # spans leave the machine, and prompts are the users' data.
     tracing_content: bool = False
+    # OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, the SDK's names and rules
+    # (edgegw.telemetry.tracing): which requests are traced.
+    tracing_sampler: str = "parentbased_always_on"
+    tracing_sampler_ratio: float = 1.0
     # LOG_FORMAT: "text" (default) or "json" (edgegw.logs).
     log_format: str = "text"
     # How long one provider's model list is reused.
@@ -207,6 +211,17 @@ def _url(name: str, text: str) -> str:
     if not re.match(r"^https?://[^/\s]+", text) or not text.isprintable() or " " in text:
         raise SettingsError(f"{name}: expected an http:// or https:// URL")
     return text
+
+
+# OTEL_TRACES_SAMPLER values (the SDK's built-in samplers).
+SAMPLERS = (
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+)
 
 
 def traces_url(endpoint: str) -> str:
@@ -325,6 +340,19 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["telemetry_metrics_port"] = _int("TELEMETRY_METRICS_PORT", v, 0, 65535)
     if v := env.get("TELEMETRY_TRACING_OTLP_ENDPOINT"):
         kw["tracing_endpoint"] = traces_url(_url("TELEMETRY_TRACING_OTLP_ENDPOINT", v))
+    if v := env.get("OTEL_TRACES_SAMPLER"):
+        sampler = v.strip().lower()
+        if sampler not in SAMPLERS:
+            raise SettingsError(f"OTEL_TRACES_SAMPLER: expected one of {', '.join(SAMPLERS)}")
+        kw["tracing_sampler"] = sampler
+    if v := env.get("OTEL_TRACES_SAMPLER_ARG"):
+        try:
+            ratio = float(v)
+        except ValueError:
+            ratio = -1.0
+        if not 0.0 <= ratio <= 1.0:
+            raise SettingsError("OTEL_TRACES_SAMPLER_ARG: expected a ratio from 0 to 1")
+        kw["tracing_sampler_ratio"] = ratio
     if not kw.get("telemetry_enabled"):  # as in inference-gateway (envcheck names it)
         kw["tracing_enabled"] = False
     if v := env.get("LOG_FORMAT"):

@@ -191,7 +191,12 @@ def test_tracing_needs_telemetry_and_says_so() -> None:
 
 @pytest.mark.parametrize(
     ("env", "variable"),
-    [({"LOG_FORMAT": "xml"}, "LOG_FORMAT"), ({"TELEMETRY_TRACING_OTLP_ENDPOINT": "ftp://x"}, "TELEMETRY_TRACING_OTLP_ENDPOINT")],
+    [
+        ({"LOG_FORMAT": "xml"}, "LOG_FORMAT"),
+        ({"TELEMETRY_TRACING_OTLP_ENDPOINT": "ftp://x"}, "TELEMETRY_TRACING_OTLP_ENDPOINT"),
+        ({"OTEL_TRACES_SAMPLER": "jaeger_remote"}, "OTEL_TRACES_SAMPLER"),
+        ({"OTEL_TRACES_SAMPLER_ARG": "1.5"}, "OTEL_TRACES_SAMPLER_ARG"),
+    ],
 )
 def test_bad_observability_values_name_the_variable(env: dict[str, str], variable: str) -> None:
     with pytest.raises(SettingsError, match=variable):

@@ -319,3 +319,70 @@ def test_tracing_off_never_imports_the_sdk() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("sampler", "ratio", "flags", "traced"),
+    [
+        ("parentbased_always_on", "1", "00", False),  # the client did not sample its trace
+        ("parentbased_always_on", "1", "01", True),
+        ("always_on", "1", "00", True),
+        ("traceidratio", "0", "01", False),
+        ("parentbased_traceidratio", "0", "01", True),  # the client's decision wins
+        ("parentbased_traceidratio", "0", None, False),
+        ("always_off", "1", "01", False),
+    ],
+)
+async def test_sampling_follows_otel_traces_sampler(
+    nursery: trio.Nursery,
+    collector: OtlpReceiver,
+    upstream: EchoUpstream,
+    sampler: str,
+    ratio: str,
+    flags: str | None,
+    traced: bool,
+) -> None:
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+            OTEL_TRACES_SAMPLER=sampler,
+            OTEL_TRACES_SAMPLER_ARG=ratio,
+        ),
+    )
+    headers = [] if flags is None else [("traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-{flags}")]
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT), headers)
+    assert resp.status == 200
+    # A traced request's last act is ending its server span; an untraced one sends no
+    # traceparent upstream.
+    assert ("traceparent" in upstream.seen[-1].headers) is traced
+    if traced:
+        await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    else:
+        tracing = gw.telemetry.tracing
+        assert tracing is not None
+        await trio.to_thread.run_sync(tracing.force_flush)
+        assert collector.spans == []
+
+
+def test_a_ratio_keeps_the_traces_below_it() -> None:
+    from edgegw.settings import Settings
+    from edgegw.telemetry.tracing import Tracing
+
+    settings = Settings.load(
+        environ={
+            "TELEMETRY_ENABLED": "true",
+            "TELEMETRY_TRACING_ENABLED": "true",
+            "OTEL_TRACES_SAMPLER": "traceidratio",
+            "OTEL_TRACES_SAMPLER_ARG": "0.25",
+        }
+    )
+    tracing = Tracing(settings)
+    try:
+        assert tracing.sampled((1 << 64) // 4 - 1, None)
+        assert not tracing.sampled((1 << 64) // 4, None)
+        assert tracing.sampled((7 << 64) + 5, True) == tracing.sampled(5, None)  # low bits only
+    finally:
+        tracing.shutdown()

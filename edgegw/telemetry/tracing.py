@@ -14,8 +14,9 @@ A request's spans are recorded here as plain objects (`Span`: name, ids, times, 
 attributes) and handed to the batch processor as the SDK's `ReadableSpan` when they end,
 rather than made by the SDK's tracer: its `start_span` validated every attribute, sampled,
 locked and called processors, three quarters of what tracing cost a request (bench.tracing,
-bench/README.md). The sampling is the SDK's default, parent-based always-on: a client's trace
-that is not sampled (`traceparent` flags 00) records nothing.
+bench/README.md). Sampling follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG with the SDK's
+rules (default parentbased_always_on: a client's trace that is not sampled, `traceparent`
+flags 00, records nothing); an unsampled request records and propagates nothing.
 
 Export never blocks a request. At most MAX_QUEUED_SPANS ended spans wait for the exporter;
 past that a span is dropped, and so is a batch the collector did not take: both are counted
@@ -147,8 +148,7 @@ class Tracing:
     def start_request(
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
     ) -> RequestTrace | None:
-        """The request's trace, continuing the client's; None when the client's trace is
-        not sampled."""
+        """The request's trace, continuing the client's; None when it is not sampled."""
         parent = None
         for name, _ in headers:
             if name == b"traceparent" or name == b"tracestate":
@@ -156,10 +156,10 @@ class Tracing:
                 break
         if parent is None:
             trace_id, parent_id, state = int.from_bytes(os.urandom(16)) or 1, None, ""
-        elif not parent.sampled:
-            return None
         else:
             trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.state
+        if not self.sampled(trace_id, None if parent is None else parent.sampled):
+            return None
         trace = RequestTrace(self, trace_id, state)
         trace.server = Span(
             trace,
@@ -169,6 +169,21 @@ class Tracing:
             {"http.request.method": method, "url.path": path, "edgegw.request_id": request_id},
         )
         return trace
+
+    def sampled(self, trace_id: int, parent_sampled: bool | None) -> bool:
+        """OTEL_TRACES_SAMPLER's decision (the SDK's rules): `parentbased_*` follows a
+        client's sampled flag; `traceidratio` keeps the traces whose low 64 trace-id bits are
+        below ratio x 2^64, so every process decides the same for one trace."""
+        sampler = self.settings.tracing_sampler
+        if parent_sampled is not None and sampler.startswith("parentbased_"):
+            return parent_sampled
+        base = sampler.removeprefix("parentbased_")
+        if base == "always_on":
+            return True
+        if base == "always_off":
+            return False
+        bound = round(self.settings.tracing_sampler_ratio * 2**64)
+        return (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < bound
 
     def force_flush(self) -> bool:
         """Export what is queued (blocking: call from a thread)."""
