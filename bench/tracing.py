@@ -1,5 +1,5 @@
 """What tracing costs a proxied request: server CPU µs per request with tracing off, on
-(spans exported to a collector on loopback), off with the access log (LOG_LEVEL=INFO) and,
+(spans exported to a collector on loopback), on with 10 % of traces sampled, off with the access log (LOG_LEVEL=INFO) and,
 for "off", against the code before tracing
 (`--base DIR`: a checkout of the previous commit, run with this venv; its Rust core is the
 same). Throughput layout of bench/README.md: the gateway alone on core 1, the mock, the
@@ -35,7 +35,13 @@ class _Sink(BaseHTTPRequestHandler):
 
 
 def _gateway(
-    port: int, mock_port: int, sink_port: int, tracing: bool, base: str | None, level: str
+    port: int,
+    mock_port: int,
+    sink_port: int,
+    tracing: bool,
+    base: str | None,
+    level: str,
+    extra: dict[str, str],
 ):
     env = {
         "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
@@ -46,6 +52,7 @@ def _gateway(
         "TELEMETRY_METRICS_PORT": "0",
         "TELEMETRY_TRACING_ENABLED": "true" if tracing else "false",
         "TELEMETRY_TRACING_OTLP_ENDPOINT": f"http://127.0.0.1:{sink_port}",
+        **extra,
     }
     if base is None:
         args = ["-m", "edgegw", "serve", "--port", str(port)]
@@ -70,13 +77,15 @@ def main() -> None:
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     sink_port = sink.server_address[1]
     mock_port = free_port()
-    cells = {
-        "tracing off": (False, None, "WARNING"),
-        "tracing on": (True, None, "WARNING"),
-        "off, access log": (False, None, "INFO"),
+    ratio = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
+    cells: dict[str, tuple[bool, str | None, str, dict[str, str]]] = {
+        "tracing off": (False, None, "WARNING", {}),
+        "tracing on": (True, None, "WARNING", {}),
+        "on, 10 % sampled": (True, None, "WARNING", ratio),
+        "off, access log": (False, None, "INFO", {}),
     }
     if ns.base:
-        cells["before tracing"] = (False, ns.base, "WARNING")
+        cells["before tracing"] = (False, ns.base, "WARNING", {})
     ports = {name: free_port() for name in cells}
     cpu: dict[str, list[float]] = {name: [] for name in cells}
     rps: dict[str, list[float]] = {name: [] for name in cells}
@@ -84,8 +93,8 @@ def main() -> None:
     with process(mock_args(mock_port), CORE_A, port=mock_port):
         procs = {}
         try:
-            for name, (tracing, base, level) in cells.items():
-                ctx = _gateway(ports[name], mock_port, sink_port, tracing, base, level)
+            for name, (tracing, base, level, extra) in cells.items():
+                ctx = _gateway(ports[name], mock_port, sink_port, tracing, base, level, extra)
                 procs[name] = (ctx, ctx.__enter__())
             for name in cells:  # warm-up
                 load(ports[name], CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
@@ -112,6 +121,8 @@ def main() -> None:
         )
     off, on = statistics.median(cpu["tracing off"]), statistics.median(cpu["tracing on"])
     print(f"tracing on adds {on - off:.0f} µs/req, {100 * (on - off) / off:.1f} % of the request")
+    sampled = statistics.median(cpu["on, 10 % sampled"])
+    print(f"10 % sampled adds {sampled - off:.0f} µs/req ({100 * (sampled - off) / off:.1f} %)")
     logged = statistics.median(cpu["off, access log"])
     print(f"the access log adds {logged - off:.0f} µs/req ({100 * (logged - off) / off:.1f} %)")
     if ns.base:
