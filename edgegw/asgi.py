@@ -22,13 +22,16 @@ class ClientGone(Exception):
 class Call:
     """One HTTP request as the server handed it over."""
 
-    __slots__ = ("scope", "receive", "send", "_body_done")
+    __slots__ = ("scope", "receive", "send", "_body_done", "identity")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
         self.receive = receive
         self.send = send
         self._body_done = False
+        # The verified OIDC claims of the caller (set by the app's authentication step);
+        # None without OIDC or when a client key admitted the request.
+        self.identity: dict[str, Any] | None = None
 
     @property
     def method(self) -> str:

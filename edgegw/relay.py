@@ -10,7 +10,7 @@ native-API routes (`raw_errors`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -30,6 +30,9 @@ log = logging.getLogger("edgegw.streaming")
 MAX_UPSTREAM_MESSAGE = 2000
 # Largest upstream error body read before answering (the rest is not needed).
 MAX_ERROR_BODY = 1 << 20
+# A look at a whole 2xx answer before the client gets it: (the body to send, headers to
+# add); raising answers the error instead.
+Inspect = Callable[[bytes], Awaitable[tuple[bytes, Headers]]]
 
 
 @dataclass(slots=True)
@@ -78,9 +81,12 @@ class Exchanges:
         *,
         raw_errors: bool = False,
         response_headers: Headers = (),
+        inspect: Inspect | None = None,
     ) -> Outcome:
         """Non-streaming: the upstream's 2xx body as it was sent, or its error in the
-        envelope (as the upstream sent it, with `raw_errors`)."""
+        envelope (as the upstream sent it, with `raw_errors`). `inspect` sees a 2xx body
+        before the client does: it returns the body to send and headers to add, or raises
+        the error to answer instead (the guardrails' post_call)."""
         outcome = Outcome()
         got = await self.read_answer(call, up)
         if got is None:
@@ -96,6 +102,9 @@ class Exchanges:
             outcome.status = resp.status
             if ok and (b'"usage"' in payload or b'"tool_calls"' in payload):
                 tap(payload, outcome, "message")
+            if ok and inspect is not None:
+                payload, added = await inspect(payload)
+                response_headers = (*response_headers, *added)
             headers = [
                 (b"content-type", resp.header(b"content-type") or b"application/json"),
                 (b"content-length", b"%d" % len(payload)),

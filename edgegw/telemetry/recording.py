@@ -138,6 +138,22 @@ class Telemetry:
                 key = labels({"routing_deployment": deployment, "state": name})
                 self.routing.breaker_state.set(key, 1.0 if name == state else 0.0)
 
+    def record_guardrail(self, *, phase: str, action: str, path: str, model: str) -> None:
+        """One guardrails decision (the reference's RecordGuardrail): `path` is the request
+        path, or the tool's name for the MCP phases."""
+        if not self.settings.telemetry_enabled:
+            return
+        counter = self.instruments["inference_gateway.guardrails"]
+        assert isinstance(counter, Counter)
+        key = {
+            "source": "gateway",
+            "guardrail_phase": phase,
+            "guardrail_action": action,
+            "guardrail_path": path,
+            "gen_ai_request_model": model,
+        }
+        counter.inc(labels(key))
+
     def _histogram(self, otel_name: str) -> Histogram:
         family = self.instruments[otel_name]
         assert isinstance(family, Histogram)
