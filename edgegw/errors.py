@@ -50,6 +50,10 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "token_expired": (401, "authentication_error"),
     "token_not_yet_valid": (401, "authentication_error"),
     "model_not_allowed": (403, "permission_error"),
+    # -- what the guardrails decided (edgegw.guardrails.check): a policy's block, and a
+    # check that could not decide under GUARDRAILS_FAIL_MODE=closed (the reference's 403)
+    "guardrails_blocked": (403, "permission_error"),
+    "guardrails_unavailable": (403, "permission_error"),
     # -- the gateway's own state
     "overloaded": (503, "server_error"),
     "shutting_down": (503, "server_error"),
