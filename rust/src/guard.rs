@@ -284,7 +284,7 @@ pub fn luhn(digits: &str) -> bool {
         }
         sum += d;
     }
-    !digits.is_empty() && sum % 10 == 0
+    !digits.is_empty() && sum.is_multiple_of(10)
 }
 
 /// Whether a match of `pattern` counts (a card number must pass Luhn).
@@ -361,12 +361,21 @@ fn redact_value(v: &mut serde_json::Value) -> bool {
                 true
             }
         },
-        serde_json::Value::Array(items) => items
-            .iter_mut()
-            .fold(false, |any, item| redact_value(item) || any),
-        serde_json::Value::Object(map) => map
-            .values_mut()
-            .fold(false, |any, item| redact_value(item) || any),
+        // Every string is visited (no short circuit): all of them are redacted.
+        serde_json::Value::Array(items) => {
+            let mut any = false;
+            for item in items {
+                any |= redact_value(item);
+            }
+            any
+        }
+        serde_json::Value::Object(map) => {
+            let mut any = false;
+            for item in map.values_mut() {
+                any |= redact_value(item);
+            }
+            any
+        }
         _ => false,
     }
 }
@@ -433,7 +442,10 @@ mod tests {
         );
         // Short values are not secrets; ordinary words are left alone.
         assert_eq!(redact_text("token: abc"), "token: abc");
-        assert_eq!(redact_text("the secret of success"), "the secret of success");
+        assert_eq!(
+            redact_text("the secret of success"),
+            "the secret of success"
+        );
     }
 
     #[test]
@@ -464,6 +476,13 @@ mod tests {
         // Key order is kept (serde_json's preserve_order).
         assert!(out.starts_with(br#"{"model""#));
         assert_eq!(redact_json(br#"{"a":"nothing here"}"#).unwrap(), None);
+        // Every string is redacted, not only the first one found.
+        let two = br#"["token=aaaaaaaaaa", {"k": "token=bbbbbbbbbb"}, "token=cccccccccc"]"#;
+        let out = redact_json(two).unwrap().unwrap();
+        assert_eq!(
+            out,
+            br#"["token=[REDACTED]",{"k":"token=[REDACTED]"},"token=[REDACTED]"]"#
+        );
         assert_eq!(redact_json(b"not json").unwrap_err().kind(), "input");
     }
 
