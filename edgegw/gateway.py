@@ -111,9 +111,16 @@ def _guardrails(settings: Settings, pool: UpstreamPool, telemetry: Telemetry) ->
         policy = load_policy(gs.policy_dir)
     except PolicyLoadError as e:
         raise SettingsError(str(e)) from None
-    external = (
-        ExternalChecker(pool, gs.external_url, gs.external_timeout_s) if gs.external_url else None
-    )
+    try:
+        external = (
+            ExternalChecker(pool, gs.external_url, gs.external_timeout_s)
+            if gs.external_url
+            else None
+        )
+    except ValueError:
+        raise SettingsError(
+            "GUARDRAILS_EXTERNAL_URL: expected an http:// or https:// URL"
+        ) from None
     return Guardrails(gs, policy, external, telemetry)
 
 

@@ -88,6 +88,10 @@ class Guardrails:
         model: str,
         identity: Mapping[str, Any] | None,
     ) -> Verdict:
+        if self.policy.empty and self.external is None:
+            verdict = Verdict("allow", "")  # nothing to ask
+            self.telemetry.record_guardrail(phase=phase, action="allow", path=path, model=model)
+            return verdict
         document = orjson.dumps(
             {
                 "method": method,
@@ -107,7 +111,13 @@ class Guardrails:
             verdict = Verdict(action, message)
         except (PolicyError, ExternalCheckError) as e:
             closed = self.settings.fail_mode == "closed"
-            why = f"{getattr(e, 'kind', 'external')}: {_printable(str(e))}"
+            # A policy's evaluation error may quote the input (a builtin's argument): its
+            # text only at DEBUG; the checker's reasons are edgegw's own words.
+            if isinstance(e, PolicyError):
+                why = f"policy: {e.kind} error"
+                log.debug("guardrails: policy error: %s", e)
+            else:
+                why = f"external checker: {_printable(str(e))}"
             log.warning(
                 "guardrails: %s on %s did not decide (%s); %s",
                 phase,

@@ -610,7 +610,10 @@ mod binding {
         fn from(f: guard::PolicyFault) -> PyErr {
             Python::attach(|py| -> PyResult<PyErr> {
                 let attrs = [("kind", f.kind().into_pyobject(py)?.into_any())];
-                Ok(with_attrs(PolicyError::new_err(f.message().to_string()), &attrs))
+                Ok(with_attrs(
+                    PolicyError::new_err(f.message().to_string()),
+                    &attrs,
+                ))
             })
             .unwrap_or_else(|e| e)
         }
@@ -662,7 +665,10 @@ mod binding {
 
     /// A JSON document with every string value redacted (the same bytes when nothing was).
     #[pyfunction]
-    fn redact_json<'py>(py: Python<'py>, body: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyBytes>> {
+    fn redact_json<'py>(
+        py: Python<'py>,
+        body: &Bound<'py, PyBytes>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let data = body.as_bytes();
         match py.detach(|| guard::redact_json(data))? {
             Some(out) => Ok(PyBytes::new(py, &out)),
