@@ -171,9 +171,16 @@ async def test_warn_forwards_and_says_so(
     assert len(warned) == 1 and warned[0].levelno == logging.WARNING
     # The log names the phase and the path, never the body.
     assert "jane@example.com" not in caplog.text
+    # A stream carries the header too.
+    stream = await request(
+        gw.port, "POST", "/v1/chat/completions", chat("mail jane@example.com", stream=True)
+    )
+    assert stream.status == 200
+    assert stream.headers[b"x-guardrails-warning"] == b"mentions an e-mail address"
+    assert b"[DONE]" in stream.body
     metrics = await scrape(gw.metrics_port)
     warn = {"guardrail_phase": "pre_call", "guardrail_action": "warn"}
-    assert sample(metrics, "inference_gateway_guardrails_total", **warn) == 1
+    assert sample(metrics, "inference_gateway_guardrails_total", **warn) == 2
 
 
 async def test_post_call_judges_the_answer(nursery: trio.Nursery, tmp_path: Path) -> None:
