@@ -1,5 +1,5 @@
 """Type stubs for edgegw's Rust core (rust/src/lib.rs), checked against the built module by
-`python -m mypy.stubtest edgegw._core` (.ci/run). Every class but the two exceptions is a pyo3
+`python -m mypy.stubtest edgegw._core` (.ci/run). Every class but the three exceptions is a pyo3
 class: none can be subclassed (@final), only those with a `__new__` below can be constructed
 from Python, and their attributes are read-only (properties)."""
 
@@ -29,6 +29,11 @@ __all__ = [
     "HeadInfo",
     "screen_request_head",
     "MAX_HEADER_LINES",
+    "PolicyError",
+    "GuardPolicy",
+    "detect_sensitive",
+    "redact_text",
+    "redact_json",
 ]
 
 MAX_JSON_DEPTH: int
@@ -200,3 +205,22 @@ class HeadInfo:
 # bad_request_line | obs_fold | bad_header_name | bad_header_value | conflicting_framing |
 # bad_content_length | bad_transfer_encoding | missing_host | duplicate_host.
 def screen_request_head(head: bytes | bytearray, max_bytes: int) -> HeadInfo: ...
+
+# Guardrails (rust/src/guard.rs).
+class PolicyError(ValueError):
+    """A guardrails policy that cannot be loaded or cannot decide (message in args[0])."""
+
+    kind: str  # compile | input | eval | decision
+
+@final
+class GuardPolicy:
+    def __new__(cls, modules: Sequence[tuple[str, str]]) -> Self: ...
+    @property
+    def empty(self) -> bool: ...
+    # (action, message) for the input document (JSON); action: allow|block|redact|warn.
+    def evaluate(self, input: bytes) -> tuple[str, str]: ...
+
+# The built-in detectors: api_key, bearer_token, credit_card (Luhn), email (detect-only).
+def detect_sensitive(text: str) -> list[str]: ...
+def redact_text(text: str) -> str: ...
+def redact_json(body: bytes) -> bytes: ...

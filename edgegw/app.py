@@ -178,7 +178,7 @@ class App:
         assert verifier is not None
         if not bearer:
             raise verifier.missing_token()
-        await verifier.verify(bearer)
+        call.identity = await verifier.verify(bearer)
 
 
 async def _answer_error(call: Call, e: Answerable) -> None:

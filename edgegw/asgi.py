@@ -77,13 +77,14 @@ class Call:
         "status",
         "trace",
         "note",
+        "identity",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
         self.receive = receive
         self._send = send
-        self.send = self._send_with_id
+        self.send: Send = self._send_with_id
         self._body_done = False
         self.request_id, self.client_request_id = request_id_of(scope["headers"])
         # The answer's status once its head is sent (None: nothing sent yet).
@@ -92,6 +93,23 @@ class Call:
         # every tracing hook is one `if call.trace is not None`.
         self.trace: RequestTrace | None = None
         self.note = Note()
+        # The verified OIDC claims of the caller (set by the app's authentication step);
+        # None without OIDC or when a client key admitted the request.
+        self.identity: dict[str, Any] | None = None
+
+    def answered_into(self, send: Send) -> Call:
+        """This request, its answer sent into `send` (a capture whose content the request's
+        own answer carries on): the same ids, trace, notes and identity; its head gets no
+        `x-request-id` (the request's own answer has it)."""
+        other = Call.__new__(Call)
+        other.scope, other.receive = self.scope, self.receive
+        other._send = send
+        other.send = send
+        other._body_done = self._body_done
+        other.request_id, other.client_request_id = self.request_id, self.client_request_id
+        other.status = None
+        other.trace, other.note, other.identity = self.trace, self.note, self.identity
+        return other
 
     async def _send_with_id(self, message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":

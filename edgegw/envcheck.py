@@ -19,7 +19,6 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "A2A_": "agent-to-agent endpoints are not part of edgegw",
     "MCP_RESPONSE_HEADER_TIMEOUT": "each MCP request is bounded whole by MCP_REQUEST_TIMEOUT",
     "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
-    "GUARDRAILS_": "guardrails are not implemented yet",
     # The OpenTelemetry SDK's own variables that edgegw fixes (edgegw.telemetry.tracing);
     # the SDK honours OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS,
     # _COMPRESSION, _CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE, OTEL_SERVICE_NAME and
@@ -55,15 +54,24 @@ NOT_IMPLEMENTED: dict[str, str] = {
 
 # MCP_* variables that act with MCP_ENABLED unset (MCP_EXPOSE: an empty tool list).
 MCP_WITHOUT_MCP = frozenset({"MCP_ENABLED", "MCP_EXPOSE"})
+# The GUARDRAILS_* variables edgegw reads (edgegw.guardrails.settings); the others only
+# act with GUARDRAILS_ENABLED true.
+GUARDRAILS_KNOWN = frozenset(
+    {
+        "GUARDRAILS_ENABLED",
+        "GUARDRAILS_POLICY_DIR",
+        "GUARDRAILS_FAIL_MODE",
+        "GUARDRAILS_EXTERNAL_URL",
+        "GUARDRAILS_EXTERNAL_TIMEOUT",
+    }
+)
 
 # The routing variables (edgegw.routing.config); the path acts only with ROUTING_ENABLED.
 ROUTING = frozenset({"ROUTING_ENABLED", "ROUTING_CONFIG_PATH"})
 
 # Settings that ask for protection: set (an *_ENABLED one: to a true value) and not
 # implemented, they stop the start. Each is (variable, what to do).
-REFUSED: tuple[tuple[str, str], ...] = (
-    ("GUARDRAILS_ENABLED", "guardrails are not implemented yet; unset GUARDRAILS_ENABLED"),
-)
+REFUSED: tuple[tuple[str, str], ...] = ()
 
 # Every EDGEGW_* variable edgegw reads.
 KNOWN_EDGEGW = frozenset(
@@ -99,6 +107,7 @@ def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> l
     known = KNOWN_EDGEGW | set(extra_known)
     mcp_off = not _enabled(environ.get("MCP_ENABLED", ""))
     routing_off = not _enabled(environ.get("ROUTING_ENABLED", ""))
+    guardrails_off = not _enabled(environ.get("GUARDRAILS_ENABLED", ""))
     out = []
     if _enabled(environ.get("TELEMETRY_TRACING_ENABLED", "")) and not _enabled(
         environ.get("TELEMETRY_ENABLED", "")
@@ -117,6 +126,12 @@ def unhonoured(environ: Mapping[str, str], extra_known: Iterable[str] = ()) -> l
                 out.append(f"{name} is set but edgegw has no such setting (a typo?)")
             elif routing_off:
                 out.append(f"{name} is set but not honoured: ROUTING_ENABLED is not true")
+            continue
+        if name.startswith("GUARDRAILS_") and name != "GUARDRAILS_ENABLED":
+            if name not in GUARDRAILS_KNOWN:
+                out.append(f"{name} is set but edgegw has no such setting (a typo?)")
+            elif guardrails_off:
+                out.append(f"{name} is set but not honoured: GUARDRAILS_ENABLED is not true")
             continue
         for key, why in NOT_IMPLEMENTED.items():
             if name == key or (key.endswith("_") and name.startswith(key)):

@@ -50,6 +50,10 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "token_expired": (401, "authentication_error"),
     "token_not_yet_valid": (401, "authentication_error"),
     "model_not_allowed": (403, "permission_error"),
+    # -- what the guardrails decided (edgegw.guardrails.check): a policy's block, and a
+    # check that could not decide under GUARDRAILS_FAIL_MODE=closed (the reference's 403)
+    "guardrails_blocked": (403, "permission_error"),
+    "guardrails_unavailable": (403, "permission_error"),
     # -- the gateway's own state
     "overloaded": (503, "server_error"),
     "shutting_down": (503, "server_error"),
@@ -203,3 +207,42 @@ def first_answerable(excs: Sequence[BaseException]) -> Answerable | None:
 
 
 INTERNAL_ERROR_BODY = envelope("internal error", "server_error", None, "internal_error")
+
+
+# Upstream error messages are relayed, but never at any length.
+MAX_UPSTREAM_MESSAGE = 2000
+
+
+def upstream_error(status: int, headers: list[tuple[bytes, bytes]], payload: bytes) -> GatewayError:
+    """An upstream's error answer in the envelope, keeping its status (and Retry-After)."""
+    message, type_, param, code = f"the upstream answered with status {status}", None, None, None
+    try:
+        doc = orjson.loads(payload) if payload else None
+    except orjson.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, str):
+            message = err
+        elif isinstance(err, dict):
+            if isinstance(err.get("message"), str):
+                message = err["message"]
+            if isinstance(err.get("type"), str):
+                type_ = err["type"]
+            if isinstance(err.get("param"), str):
+                param = err["param"]
+            if isinstance(err.get("code"), str):
+                code = err["code"]
+    extra: Headers = ()
+    if status in (429, 503):
+        extra = tuple((b"retry-after", v) for k, v in headers if k.lower() == b"retry-after")[:1]
+    if not 400 <= status <= 599:
+        status = 502
+    return GatewayError(
+        status,
+        code or "upstream_error",
+        message[:MAX_UPSTREAM_MESSAGE],
+        type=type_,
+        param=param,
+        headers=extra,
+    )

@@ -16,13 +16,14 @@ from edgegw.providers import Target
 from edgegw.relay import Exchanges
 from edgegw.resolve import Resolver
 from edgegw.routing.router import Router
-from edgegw.settings import Settings
+from edgegw.settings import Settings, SettingsError
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
 
 if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
     # PyJWT and cryptography a quarter of one
     from edgegw.auth.verifier import OidcVerifier
+    from edgegw.guardrails.check import Guardrails
     from edgegw.mcp.client import McpClient
 
 
@@ -55,6 +56,8 @@ class Gateway:
     mcp: McpClient | None = None
     # Model routing's aliases and per-process state when ROUTING_ENABLED; None otherwise.
     router: Router | None = None
+    # The guardrails when GUARDRAILS_ENABLED (policy compiled here, at start); None otherwise.
+    guardrails: Guardrails | None = None
 
     @property
     def pool(self) -> UpstreamPool:
@@ -90,7 +93,35 @@ def build_gateway(
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
         router=None if settings.routing is None else Router(settings.routing, telemetry),
+        guardrails=_guardrails(settings, pool, telemetry),
     )
+
+
+def _guardrails(settings: Settings, pool: UpstreamPool, telemetry: Telemetry) -> Guardrails | None:
+    """The compiled policy and the external checker when GUARDRAILS_ENABLED; a policy that
+    does not compile stops the start (SettingsError: exit 78), naming file and line."""
+    gs = settings.guardrails
+    if not gs.enabled:
+        return None
+    from edgegw.guardrails.check import Guardrails
+    from edgegw.guardrails.external import ExternalChecker
+    from edgegw.guardrails.policy import PolicyLoadError, load_policy
+
+    try:
+        policy = load_policy(gs.policy_dir)
+    except PolicyLoadError as e:
+        raise SettingsError(str(e)) from None
+    try:
+        external = (
+            ExternalChecker(pool, gs.external_url, gs.external_timeout_s)
+            if gs.external_url
+            else None
+        )
+    except ValueError:
+        raise SettingsError(
+            "GUARDRAILS_EXTERNAL_URL: expected an http:// or https:// URL"
+        ) from None
+    return Guardrails(gs, policy, external, telemetry)
 
 
 def _mcp_client(settings: Settings) -> McpClient | None:

@@ -10,7 +10,7 @@ native-API routes (`raw_errors`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -20,18 +20,19 @@ import trio
 from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
 from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
-from edgegw.errors import GatewayError, Headers, fail
+from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.upstream import Origin, Response, UpstreamPool
 
 log = logging.getLogger("edgegw.streaming")
 
-# Upstream error messages are relayed, but never at any length.
-MAX_UPSTREAM_MESSAGE = 2000
 # Finish reasons kept per answer (one per choice; `n` is bounded by the providers).
 MAX_FINISH_REASONS = 128
 # Largest upstream error body read before answering (the rest is not needed).
 MAX_ERROR_BODY = 1 << 20
+# A look at a whole 2xx answer before the client gets it: (the body to send, headers to
+# add); raising answers the error instead.
+Inspect = Callable[[bytes], Awaitable[tuple[bytes, Headers]]]
 
 
 @dataclass(slots=True)
@@ -85,9 +86,12 @@ class Exchanges:
         *,
         raw_errors: bool = False,
         response_headers: Headers = (),
+        inspect: Inspect | None = None,
     ) -> Outcome:
         """Non-streaming: the upstream's 2xx body as it was sent, or its error in the
-        envelope (as the upstream sent it, with `raw_errors`)."""
+        envelope (as the upstream sent it, with `raw_errors`). `inspect` sees a 2xx body
+        before the client does: it returns the body to send and headers to add, or raises
+        the error to answer instead (the guardrails' post_call)."""
         outcome = Outcome()
         got = await self.read_answer(call, up)
         if got is None:
@@ -105,6 +109,9 @@ class Exchanges:
                 b'"usage"' in payload or b'"tool_calls"' in payload or call.trace is not None
             ):
                 tap(payload, outcome, "message")
+            if ok and inspect is not None:
+                payload, added = await inspect(payload)
+                response_headers = (*response_headers, *added)
             headers = [
                 (b"content-type", resp.header(b"content-type") or b"application/json"),
                 (b"content-length", b"%d" % len(payload)),
@@ -393,41 +400,6 @@ def _collect_tool_calls(message: object, outcome: Outcome) -> None:
         name = function.get("name") if isinstance(function, dict) else None
         if isinstance(name, str) and name:  # streamed calls name the function once
             outcome.tool_calls.append(name)
-
-
-def upstream_error(status: int, headers: list[tuple[bytes, bytes]], payload: bytes) -> GatewayError:
-    """An upstream's error answer in the envelope, keeping its status (and Retry-After)."""
-    message, type_, param, code = f"the upstream answered with status {status}", None, None, None
-    try:
-        doc = orjson.loads(payload) if payload else None
-    except orjson.JSONDecodeError:
-        doc = None
-    if isinstance(doc, dict):
-        err = doc.get("error", doc)
-        if isinstance(err, str):
-            message = err
-        elif isinstance(err, dict):
-            if isinstance(err.get("message"), str):
-                message = err["message"]
-            if isinstance(err.get("type"), str):
-                type_ = err["type"]
-            if isinstance(err.get("param"), str):
-                param = err["param"]
-            if isinstance(err.get("code"), str):
-                code = err["code"]
-    extra: Headers = ()
-    if status in (429, 503):
-        extra = tuple((b"retry-after", v) for k, v in headers if k.lower() == b"retry-after")[:1]
-    if not 400 <= status <= 599:
-        status = 502
-    return GatewayError(
-        status,
-        code or "upstream_error",
-        message[:MAX_UPSTREAM_MESSAGE],
-        type=type_,
-        param=param,
-        headers=extra,
-    )
 
 
 async def _error_body(resp: Response, secret: bytes | None, budget: BufferBudget) -> bytes:

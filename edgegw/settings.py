@@ -7,8 +7,8 @@ deployments switch without edits. A bad value stops the start with a message nam
 the variable; no secret value is ever printed.
 
 Longer than the guide because it is the one place where every variable is read and checked,
-in effect one table; the features with settings of their own (MCP, routing) parse them in
-their own modules.
+in effect one table; the features with settings of their own (MCP, routing, guardrails)
+parse them in their own modules.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from types import MappingProxyType
 from urllib.parse import urlsplit
 
 from edgegw.envcheck import refusals
+from edgegw.guardrails.settings import GuardrailsSettings, GuardrailsSettingsError
 from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models, parse_gpu_aliases
 from edgegw.mcp.settings import McpSettings, McpSettingsError
@@ -137,8 +138,9 @@ class Settings:
     write_stall_timeout_s: float = DEFAULT_LIMITS.write_stall_timeout_s
     max_head_bytes: int = DEFAULT_LIMITS.max_head_bytes
     max_connections: int = DEFAULT_LIMITS.max_connections
-    # MCP tools (MCP_*; edgegw.mcp.settings has the table).
+    # MCP tools and guardrails (MCP_*, GUARDRAILS_*: their settings modules have the tables).
     mcp: McpSettings = field(default_factory=McpSettings)
+    guardrails: GuardrailsSettings = field(default_factory=GuardrailsSettings)
     # Model routing (ROUTING_ENABLED, ROUTING_CONFIG_PATH; edgegw.routing); None when off.
     routing: RoutingConfig | None = None
 
@@ -413,7 +415,8 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     _tls(env, kw)
     try:
         kw["mcp"] = McpSettings.from_env(env)
-    except McpSettingsError as e:
+        kw["guardrails"] = GuardrailsSettings.from_env(env)
+    except (McpSettingsError, GuardrailsSettingsError) as e:
         raise SettingsError(str(e)) from None
     if v := env.get("AUTH_ENABLED"):
         kw["auth_enabled"] = _bool("AUTH_ENABLED", v)

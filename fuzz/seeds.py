@@ -298,6 +298,36 @@ GUNZIP = {
     "truncated": capped(4096, gzip.compress(JSON_BODY)[:-3]),
 }
 
+# Guardrails: request bodies with and without secrets, and policy input documents.
+GUARD = {
+    "chat_secret": dumps(
+        {
+            "model": "openai/gpt-4o",
+            "messages": [
+                {
+                    "role": "user",
+                    "content": "key sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX, card 4111 1111 1111 1111",
+                },
+                {
+                    "role": "user",
+                    "content": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz api_key=zzzzzzzzzz",
+                },
+            ],
+        }
+    ),
+    "input": dumps(
+        {
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "phase": "pre_call",
+            "request": {"body": "a forbidden 1234 word", "model": "openai/gpt-4o"},
+            "identity": {"sub": "alice", "groups": ["a"]},
+            "detected": ["credit_card", "email"],
+        }
+    ),
+    "text": b"write to jane@example.com, token: abcdefghij; 5500-0055-5555-5559",
+}
+
 
 def main() -> None:
     for target, seeds in {
@@ -308,6 +338,7 @@ def main() -> None:
         "http1_response": HTTP1,
         "otlp": OTLP,
         "gunzip": GUNZIP,
+        "guard": GUARD,
     }.items():
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)

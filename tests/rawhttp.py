@@ -17,6 +17,8 @@ class RawResponse:
     headers: dict[bytes, bytes]
     body: bytes = b""
     chunks: list[bytes] = field(default_factory=list)
+    # Every header line as sent (`headers` keeps the last of a repeated name).
+    header_lines: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass
@@ -155,7 +157,8 @@ async def request(
         while True:
             event = await client.event()
             if isinstance(event, h11.Response):
-                response = RawResponse(event.status_code, dict(event.headers.raw_items()))
+                raw = list(event.headers.raw_items())
+                response = RawResponse(event.status_code, dict(raw), header_lines=raw)
             elif isinstance(event, h11.Data):
                 assert response is not None
                 response.chunks.append(bytes(event.data))

@@ -53,6 +53,8 @@ async def test_a_local_model_calls_an_mcp_tool(nursery: trio.Nursery, tmp_path: 
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200, resp.body
     assert resp.headers[b"x-sie-served-by"] == b"local"
+    ids = [v for k, v in resp.header_lines if k.lower() == b"x-request-id"]
+    assert len(ids) == 1  # the request's own, not one per round
     doc = orjson.loads(resp.body)
     assert doc["choices"][0]["finish_reason"] == "stop"
     assert doc["choices"][0]["message"]["content"]
@@ -75,6 +77,7 @@ async def test_a_local_stream_relays_every_round(nursery: trio.Nursery, tmp_path
     assert resp.status == 200, resp.body
     assert resp.headers[b"content-type"] == b"text/event-stream"
     assert resp.headers[b"x-sie-served-by"] == b"local"
+    assert len([v for k, v in resp.header_lines if k.lower() == b"x-request-id"]) == 1
     data = sse_data(resp.body)
     assert data[-1] == b"[DONE]" and data.count(b"[DONE]") == 1
     chunks = [orjson.loads(d) for d in data[:-1]]

@@ -31,10 +31,10 @@ from edgegw.errors import Headers, fail
 from edgegw.exchange import Outcome
 from edgegw.local.serve import NoLocalWorker
 from edgegw.mcp.models import Model, Unserved
-from edgegw.mcp.state import MAX_ROUNDS, Agent, refuse_prefixed, rounds_exhausted
+from edgegw.mcp.state import MAX_ROUNDS, Agent, ToolCheck, refuse_prefixed, rounds_exhausted
 from edgegw.mcp.stream import run_stream
 from edgegw.mcp.tools import Offered
-from edgegw.relay import Exchanges, tap
+from edgegw.relay import Exchanges, Inspect, tap
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient
@@ -61,16 +61,20 @@ async def run(
     first: bytes,
     stream: bool,
     response_headers: Headers,
+    *,
+    inspect: Inspect | None = None,
+    tool_check: ToolCheck | None = None,
 ) -> Outcome | NoLocalWorker:
     """A chat request with MCP tools (module doc). `first` is the first round's body, the
     tools added. A local model no worker can take in the first round answers
     NoLocalWorker, for the route to decide (nothing reached the client); in a later round,
-    the local refusal."""
-    agent = Agent(mcp, offered, first, trace=call.trace)
+    the local refusal. `inspect` sees the final non-streaming answer before the client
+    (the guardrails' post_call); `tool_check` every MCP call (tool_args, tool_output)."""
+    agent = Agent(mcp, offered, first, trace=call.trace, check=tool_check)
     try:
         if stream:
             return await run_stream(agent, model, exchanges, call, response_headers)
-        return await _whole(agent, model, exchanges, call, response_headers)
+        return await _whole(agent, model, exchanges, call, response_headers, inspect)
     except Unserved as e:
         if agent.rounds <= 1:
             return e.unserved
@@ -78,7 +82,12 @@ async def run(
 
 
 async def _whole(
-    agent: Agent, model: Model, exchanges: Exchanges, call: Call, response_headers: Headers
+    agent: Agent,
+    model: Model,
+    exchanges: Exchanges,
+    call: Call,
+    response_headers: Headers,
+    inspect: Inspect | None,
 ) -> Outcome:
     outcome = Outcome()
     for _ in range(MAX_ROUNDS):
@@ -91,7 +100,7 @@ async def _whole(
             # No tool call at all: the answer as the model sent it, read as `forward` does.
             if b'"usage"' in payload:
                 tap(payload, outcome, "message")
-            await _respond(call, headers, payload, response_headers)
+            await _respond(call, headers, payload, response_headers, inspect)
             return outcome
         doc = _answer_doc(payload)
         agent.count(doc.get("usage"))
@@ -115,7 +124,7 @@ async def _whole(
         if agent.usage and agent.rounds > 1:
             doc["usage"] = agent.usage
         outcome.usage = agent.usage or None
-        await _respond(call, headers, orjson.dumps(doc), response_headers)
+        await _respond(call, headers, orjson.dumps(doc), response_headers, inspect)
         return outcome
     raise rounds_exhausted()
 
@@ -131,6 +140,13 @@ def _answer_doc(payload: bytes) -> dict[str, Any]:
 
 
 async def _respond(
-    call: Call, headers: list[tuple[bytes, bytes]], payload: bytes, extra: Headers
+    call: Call,
+    headers: list[tuple[bytes, bytes]],
+    payload: bytes,
+    extra: Headers,
+    inspect: Inspect | None,
 ) -> None:
+    if inspect is not None:
+        payload, added = await inspect(payload)
+        extra = (*extra, *added)
     await call.respond(200, [*headers, (b"content-length", b"%d" % len(payload)), *extra], payload)

@@ -14,14 +14,14 @@ from typing import Any, Protocol
 from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError, parse_chat_request
 from edgegw.asgi import Call
 from edgegw.bodies import read_whole, scrub, stream_decoder
-from edgegw.errors import GatewayError, Headers
+from edgegw.errors import GatewayError, Headers, upstream_error
 from edgegw.exchange import Ending, StreamState
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import LocalRequest
 from edgegw.local.fleet import Fleet, LocalRuntime
 from edgegw.mcp.rounds import ClientStream, Round
-from edgegw.relay import MAX_ERROR_BODY, Exchanges, UpstreamRequest, next_piece, upstream_error
+from edgegw.relay import MAX_ERROR_BODY, Exchanges, UpstreamRequest, next_piece
 from edgegw.upstream import Response
 
 log = logging.getLogger("edgegw.streaming")
@@ -173,7 +173,7 @@ class LocalModel:
         req = parse_chat_request(body)
         lreq = self.check(req)
         served = await local.serve(
-            self.exchanges, self.fleet, Call(call.scope, call.receive, send), req, self.rt, lreq
+            self.exchanges, self.fleet, call.answered_into(send), req, self.rt, lreq
         )
         if isinstance(served, local.NoLocalWorker):
             raise Unserved(served, local_fallback.refusal(self.rt, served.reason))

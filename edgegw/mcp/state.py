@@ -5,7 +5,7 @@ non-streaming loop (edgegw.mcp.agent) and the streaming one (edgegw.mcp.stream).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,11 @@ log = logging.getLogger("edgegw.mcp")
 MAX_ROUNDS = 10
 # MCP tool calls of one turn running at once.
 MAX_PARALLEL_TOOL_CALLS = 8
+
+
+# The guardrails' tool phases, bound to one request: (phase, tool name, text) -> (the text
+# to use, or None when blocked; the decision's message). Phases: tool_args, tool_output.
+ToolCheck = Callable[[str, str, str], Awaitable[tuple[str | None, str]]]
 
 
 def rounds_exhausted() -> GatewayError:
@@ -61,6 +66,7 @@ class Agent:
     usage: dict[str, int] = field(default_factory=dict)
     # The request's spans (one `execute_tool <name>` per tool run), when tracing is on.
     trace: RequestTrace | None = None
+    check: ToolCheck | None = None
 
     @property
     def names(self) -> frozenset[str]:
@@ -155,7 +161,7 @@ class Agent:
         if not isinstance(args, dict):
             return ToolResult("Error: the arguments are not a JSON object", True)
         if not self.offer.selector:
-            return await self.mcp.call(str(name), args)
+            return await self._call(str(name), args)
         if name == TOOLS_GET:
             return self._tools_get(args)
         target = args.get("name")
@@ -166,7 +172,24 @@ class Agent:
             target = TOOL_PREFIX + target
         if target not in self.offer.catalogue:
             return ToolResult(f"Error: no MCP tool is named {target}", True)
-        return await self.mcp.call(target, arguments)
+        return await self._call(target, arguments)
+
+    async def _call(self, name: str, args: Mapping[str, Any]) -> ToolResult:
+        """One MCP call, through the guardrails' tool_args and tool_output when they are on:
+        a block is an error result the model reads (as the reference), never an HTTP error."""
+        if self.check is None:
+            return await self.mcp.call(name, args)
+        text = orjson.dumps(args).decode()
+        checked, message = await self.check("tool_args", name, text)
+        if checked is None:
+            return ToolResult(f"Error: the guardrails blocked this tool call: {message}", True)
+        if checked != text:
+            args = orjson.loads(checked)
+        result = await self.mcp.call(name, args)
+        output, message = await self.check("tool_output", name, result.content)
+        if output is None:
+            return ToolResult(f"Error: the guardrails blocked this tool's output: {message}", True)
+        return ToolResult(output, result.is_error)
 
     def _tools_get(self, args: Mapping[str, Any]) -> ToolResult:
         names = args.get("names")

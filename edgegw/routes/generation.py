@@ -13,6 +13,10 @@
   4. remote: vision gate, fields the provider cannot honour (400 `unsupported_field`), the
      body written by the Rust core (model replaced, the provider's omitted and renamed
      fields), forwarded or relayed with the provider's credentials (never the client's).
+With GUARDRAILS_ENABLED (edgegw.guardrails.check), `pre_call` runs after step 1 for every
+target (block: 403; redact: the redacted body is parsed again and is what goes on), and a
+remote non-streaming answer passes `post_call` before the client sees it; MCP tool calls
+pass `tool_args` and `tool_output`.
 The route records telemetry once, in one `finally`, with the status of what happened.
 """
 
@@ -40,8 +44,9 @@ from edgegw.local.contract import (
 from edgegw.local.fleet import LocalRuntime
 from edgegw.mcp import agent as mcp_agent
 from edgegw.mcp.models import LocalModel, RemoteModel
+from edgegw.mcp.state import ToolCheck
 from edgegw.mcp.tools import Offered
-from edgegw.relay import UpstreamRequest
+from edgegw.relay import Inspect, UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routing.config import LOCAL, Deployment
 from edgegw.routing.router import Failover, Pool, Screen, selected_headers
@@ -76,6 +81,19 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     outcome: Outcome | None = None
     status = 500
     try:
+        guard_headers: Headers = ()
+        if gw.guardrails is not None:
+            # pre_call, for every target: a block is raised (403); redacted, the body is
+            # parsed again (its model is the same), so what is forwarded is the new one.
+            forwarded, guard_headers = await gw.guardrails.pre_call(
+                method=call.method,
+                path=call.path,
+                body=body,
+                model=req.model,
+                identity=call.identity,
+            )
+            if forwarded is not body:
+                req = parse(forwarded)
         # SIE: the header is checked for every target; `forbid` refuses a remote one.
         forbid = remote_forbidden(call)
         if trace is None:
@@ -99,7 +117,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             trip = gw.router.trip(pool)
             try:
                 outcome = await trip.run(
-                    lambda d, screen: _deployment(gw, call, req, forbid, d, screen)
+                    lambda d, screen: _deployment(gw, call, req, forbid, d, screen, guard_headers)
                 )
             finally:
                 provider = "unknown" if trip.selected is None else trip.selected.provider
@@ -117,9 +135,11 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             )
             offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
             if offered is None:
-                served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq)
+                served = await local.serve(
+                    gw.exchanges, gw.fleet, call, req, rt, lreq, guard_headers
+                )
             else:
-                served = await _local_mcp(gw, call, req, rt, offered, forbid)
+                served = await _local_mcp(gw, call, req, rt, offered, forbid, guard_headers)
             if isinstance(served, local.NoLocalWorker):
                 reason, fallback = served.reason, rt.profile.remote_fallback
                 refusal = local_fallback.refusal(rt, reason)
@@ -142,7 +162,9 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                     target = gw.resolver.remote(fallback, None)
                     provider = target.target.provider.id
                     headers = local_fallback.served_remotely(provider, reason, plan.dropped)
-                    outcome = await _remote(gw, call, req, target, headers, drop=plan.dropped)
+                    outcome = await _remote(
+                        gw, call, req, target, (*headers, *guard_headers), drop=plan.dropped
+                    )
                 except GatewayError as e:
                     # Nothing reached the client: the local refusal answers, saying why.
                     raise local_fallback.restored(refusal, reason, e) from None
@@ -155,7 +177,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 raise remote_target_forbidden()
             # A local model's remote profile, named: served remotely, no fallback reason.
             headers = local_fallback.served_remotely(provider, None) if named else ()
-            outcome = await _remote(gw, call, req, target, headers)
+            outcome = await _remote(gw, call, req, target, (*headers, *guard_headers))
         status = CLIENT_CLOSED if outcome.client_gone else outcome.status
         if outcome.client_gone:
             log.debug("client went away; upstream request to %s cancelled", provider)
@@ -215,21 +237,34 @@ def _alias(gw: Gateway, call: Call, model: str) -> Pool | None:
 
 
 async def _deployment(
-    gw: Gateway, call: Call, req: ParsedRequest, forbid: bool, d: Deployment, screen: Screen
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    forbid: bool,
+    d: Deployment,
+    screen: Screen,
+    extra: Headers = (),
 ) -> Outcome:
-    """One attempt of a routed request: deployment `d`, local or remote, as if named; with
-    tracing on, one `route.attempt` span (its upstream attempts are its siblings)."""
+    """One attempt of a routed request: deployment `d`, local or remote, as if named;
+    `extra`: response headers of the request's own (the guardrails' warning). With tracing
+    on, one `route.attempt` span (its upstream attempts are its siblings)."""
     if call.trace is None:
-        return await _attempt(gw, call, req, forbid, d, screen)
+        return await _attempt(gw, call, req, forbid, d, screen, extra)
     attrs = {"gen_ai.provider.name": d.provider, "gen_ai.request.model": d.model[:256]}
     with call.trace.span("route.attempt", **attrs):
-        return await _attempt(gw, call, req, forbid, d, screen)
+        return await _attempt(gw, call, req, forbid, d, screen, extra)
 
 
 async def _attempt(
-    gw: Gateway, call: Call, req: ParsedRequest, forbid: bool, d: Deployment, screen: Screen
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    forbid: bool,
+    d: Deployment,
+    screen: Screen,
+    extra: Headers,
 ) -> Outcome:
-    headers = selected_headers(d)
+    headers = (*selected_headers(d), *extra)
     if d.provider == LOCAL:
         rt = gw.fleet.models[d.model]
         lreq = check_request(
@@ -311,6 +346,7 @@ async def _remote(
         secret=target.secret,
         screen=screen,
     )
+    inspect, tool_check = _guards(gw, call, req.model)
     if offered is not None:
         assert gw.mcp is not None
         if screen is not None:
@@ -318,14 +354,25 @@ async def _remote(
             up.screen, screen.last = None, True
         model = RemoteModel(gw.exchanges, up)
         served = await mcp_agent.run(
-            gw.exchanges, gw.mcp, offered, model, call, up.body, req.stream, response_headers
+            gw.exchanges,
+            gw.mcp,
+            offered,
+            model,
+            call,
+            up.body,
+            req.stream,
+            response_headers,
+            inspect=inspect,
+            tool_check=tool_check,
         )
         assert isinstance(served, Outcome)  # only a local model goes unserved
         outcome = served
     elif req.stream:
         outcome = await gw.exchanges.relay_sse(call, up, response_headers=response_headers)
     else:
-        outcome = await gw.exchanges.forward(call, up, response_headers=response_headers)
+        outcome = await gw.exchanges.forward(
+            call, up, response_headers=response_headers, inspect=inspect
+        )
     if outcome.error is not None:
         outcome.status = 502
     return outcome
@@ -357,9 +404,35 @@ async def _local_mcp(
 
     model = LocalModel(gw.exchanges, gw.fleet, rt, check)
     first = req.upstream_body(req.model, tools=offered.json)
+    _, tool_check = _guards(gw, call, req.model)
     return await mcp_agent.run(
-        gw.exchanges, gw.mcp, offered, model, call, first, req.stream, response_headers
+        gw.exchanges,
+        gw.mcp,
+        offered,
+        model,
+        call,
+        first,
+        req.stream,
+        response_headers,
+        tool_check=tool_check,
     )
+
+
+def _guards(gw: Gateway, call: Call, model: str) -> tuple[Inspect | None, ToolCheck | None]:
+    """The guardrails' post_call (a whole answer) and MCP tool phases for this request."""
+    guard = gw.guardrails
+    if guard is None:
+        return None, None
+
+    async def post_call(payload: bytes) -> tuple[bytes, Headers]:
+        return await guard.post_call(
+            method=call.method, path=call.path, payload=payload, model=model, identity=call.identity
+        )
+
+    async def tool_check(phase: str, tool: str, text: str) -> tuple[str | None, str]:
+        return await guard.tool(phase, tool, text, call.identity)
+
+    return post_call, tool_check
 
 
 def _refuse_unsupported(fields: tuple[str, ...], features: tuple[str, ...]) -> None:

@@ -62,6 +62,9 @@ LABEL_ORDER = (
     "outcome",
     "reason",
     "state",
+    "guardrail_phase",
+    "guardrail_action",
+    "guardrail_path",
     "error_type",
 )
 _RANK = {name: i for i, name in enumerate(LABEL_ORDER)}
@@ -323,6 +326,12 @@ INSTRUMENTS = (
         "inference_gateway.tool_calls",
         "inference_gateway_tool_calls",
         "Tool calls requested by models.",
+        None,
+    ),
+    Instrument(
+        "inference_gateway.guardrails",
+        "inference_gateway_guardrails",
+        "Guardrails decisions, by phase and action.",
         None,
     ),
 )

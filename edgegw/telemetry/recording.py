@@ -29,6 +29,7 @@ from edgegw.telemetry.instruments import (
     MAX_SERIES,
     Counter,
     Histogram,
+    Labels,
     Snapshot,
     labels,
     open_instruments,
@@ -80,6 +81,7 @@ class Telemetry:
                 "Spans not exported: the export queue was full, or the collector refused them.",
             )
             self.registry.register(self._dropped)
+        self._guardrail_keys: dict[tuple[str, str, str, str], Labels] = {}
 
     @property
     def push_enabled(self) -> bool:
@@ -167,6 +169,31 @@ class Telemetry:
             for name in BREAKER_STATES:
                 key = labels({"routing_deployment": deployment, "state": name})
                 self.routing.breaker_state.set(key, 1.0 if name == state else 0.0)
+
+    def record_guardrail(self, *, phase: str, action: str, path: str, model: str) -> None:
+        """One guardrails decision (the reference's RecordGuardrail): `path` is the request
+        path, or the tool's name for the MCP phases."""
+        if not self.settings.telemetry_enabled:
+            return
+        counter = self.instruments["inference_gateway.guardrails"]
+        assert isinstance(counter, Counter)
+        # Sorting the label set was a third of a decision's cost (bench.guardrails): the
+        # few label sets in use are kept, the cache cleared whenever it fills.
+        seen = (phase, action, path, model)
+        key = self._guardrail_keys.get(seen)
+        if key is None:
+            if len(self._guardrail_keys) >= MAX_SERIES:
+                self._guardrail_keys.clear()
+            key = self._guardrail_keys[seen] = labels(
+                {
+                    "source": "gateway",
+                    "guardrail_phase": phase,
+                    "guardrail_action": action,
+                    "guardrail_path": path,
+                    "gen_ai_request_model": model,
+                }
+            )
+        counter.inc(key)
 
     def _histogram(self, otel_name: str) -> Histogram:
         family = self.instruments[otel_name]

@@ -2,6 +2,7 @@
 //! (turned on by maturin) adds the binding below, the only code that touches pyo3.
 
 pub mod error;
+pub mod guard;
 pub mod head;
 pub mod http1;
 pub mod json;
@@ -20,6 +21,7 @@ mod binding {
     use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
     use crate::error::{Rejection, UpstreamFault};
+    use crate::guard;
     use crate::head;
     use crate::http1;
     use crate::otlp;
@@ -595,6 +597,85 @@ mod binding {
         })
     }
 
+    create_exception!(
+        _core,
+        PolicyError,
+        PyValueError,
+        "A guardrails policy that cannot be loaded or cannot decide: .kind (compile, input, \
+         eval, decision), message in args[0]."
+    );
+
+    /// A `PolicyFault` is always a `PolicyError`.
+    impl From<guard::PolicyFault> for PyErr {
+        fn from(f: guard::PolicyFault) -> PyErr {
+            Python::attach(|py| -> PyResult<PyErr> {
+                let attrs = [("kind", f.kind().into_pyobject(py)?.into_any())];
+                Ok(with_attrs(
+                    PolicyError::new_err(f.message().to_string()),
+                    &attrs,
+                ))
+            })
+            .unwrap_or_else(|e| e)
+        }
+    }
+
+    /// The guardrails policy, compiled once; `evaluate` runs without the GIL.
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct GuardPolicy {
+        inner: guard::Policy,
+    }
+
+    #[pymethods]
+    impl GuardPolicy {
+        /// Compile `modules` (file name, source) for `data.guardrails.main`.
+        #[new]
+        fn new(py: Python<'_>, modules: Vec<(String, String)>) -> PyResult<Self> {
+            let inner = py.detach(|| guard::Policy::compile(&modules))?;
+            Ok(GuardPolicy { inner })
+        }
+
+        #[getter]
+        fn empty(&self) -> bool {
+            self.inner.is_empty()
+        }
+
+        /// (action, message) for the input document (JSON bytes).
+        fn evaluate(&self, py: Python<'_>, input: &[u8]) -> PyResult<(&'static str, String)> {
+            let input = std::str::from_utf8(input)
+                .map_err(|_| PyErr::from(guard::PolicyFault::Input("not UTF-8".into())))?;
+            let d = py.detach(|| self.inner.evaluate(input))?;
+            Ok((d.action.as_str(), d.message))
+        }
+    }
+
+    /// The built-in detectors that find something in `text` (each once).
+    #[pyfunction]
+    fn detect_sensitive(py: Python<'_>, text: &str) -> Vec<&'static str> {
+        py.detach(|| guard::detect(text))
+            .into_iter()
+            .map(guard::Detector::as_str)
+            .collect()
+    }
+
+    /// `text` with the redactable secrets replaced by "[REDACTED]".
+    #[pyfunction]
+    fn redact_text(py: Python<'_>, text: &str) -> String {
+        py.detach(|| guard::redact_text(text).into_owned())
+    }
+
+    /// A JSON document with every string value redacted (the same bytes when nothing was).
+    #[pyfunction]
+    fn redact_json<'py>(
+        py: Python<'py>,
+        body: &Bound<'py, PyBytes>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let data = body.as_bytes();
+        match py.detach(|| guard::redact_json(data))? {
+            Some(out) => Ok(PyBytes::new(py, &out)),
+            None => Ok(body.clone()),
+        }
+    }
+
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("RequestError", m.py().get_type::<RequestError>())?;
@@ -622,6 +703,11 @@ mod binding {
         m.add_class::<HeadInfo>()?;
         m.add_function(wrap_pyfunction!(screen_request_head, m)?)?;
         m.add("MAX_HEADER_LINES", head::MAX_HEADER_LINES)?;
+        m.add("PolicyError", m.py().get_type::<PolicyError>())?;
+        m.add_class::<GuardPolicy>()?;
+        m.add_function(wrap_pyfunction!(detect_sensitive, m)?)?;
+        m.add_function(wrap_pyfunction!(redact_text, m)?)?;
+        m.add_function(wrap_pyfunction!(redact_json, m)?)?;
         Ok(())
     }
 }
