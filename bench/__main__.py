@@ -48,6 +48,8 @@ from bench.harness import (
 from bench.llm import cmd_llm, print_llm
 from bench.memory import cmd_memory
 from bench.peers import cmd_peers, print_peers
+from bench.pool import add_arguments as pool_arguments
+from bench.pool import cmd_pool
 from bench.profile import cmd_profile
 from bench.streaming import cmd_streaming, print_streaming
 
@@ -280,6 +282,7 @@ def main() -> None:
     ll.add_argument("--jitter", type=float, default=0.2)
     ll.add_argument("--baseline", metavar="REF", help="also edgegw at git commit REF (Python)")
     ll.add_argument("--skip", nargs="*", default=[], help="targets left out, e.g. litellm")
+    pool_arguments(sub.add_parser("pool", help="upstream pool under many streams to one host"))
     a = sub.add_parser("all")
     a.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
@@ -308,6 +311,7 @@ def main() -> None:
             "memory": cmd_memory,
             "profile": cmd_profile,
             "llm": cmd_llm,
+            "pool": cmd_pool,
         }[ns.cmd](ns)
         if ns.cmd == "peers":
             print_peers(results["peers"])
