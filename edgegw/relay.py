@@ -223,6 +223,12 @@ class Exchanges:
                 held = b""
             if data:
                 # Whole events: a key quoted in one cannot be split across two sends.
+                if outcome.done and not held and resp.complete:
+                    # [DONE] and the upstream's end came together: the last events and the
+                    # stream's end go in one client send (the terminator no longer follows
+                    # in a send, and a segment, of its own).
+                    await writer.close(scrub(data, secret))
+                    return
                 await writer.write(scrub(data, secret))
         if splitter.finish() and not outcome.done:
             await writer.fail("upstream_stream_truncated", "the upstream stream ended mid-event")

@@ -454,6 +454,11 @@ class Response:
         self._done = done
         self._closed = False
 
+    @property
+    def complete(self) -> bool:
+        """The whole body has been read (the next `receive_chunk()` is b"")."""
+        return self._done and not self._pending
+
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
             if k == name:
