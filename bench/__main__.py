@@ -32,6 +32,8 @@ from pathlib import Path
 import trio
 
 from bench import client_bench, parse_bench
+from bench.accept import add_arguments as accept_arguments
+from bench.accept import cmd_accept
 from bench.harness import (
     CHAT,
     CHAT_DIRECT,
@@ -282,7 +284,9 @@ def main() -> None:
     ll.add_argument("--jitter", type=float, default=0.2)
     ll.add_argument("--baseline", metavar="REF", help="also edgegw at git commit REF (Python)")
     ll.add_argument("--skip", nargs="*", default=[], help="targets left out, e.g. litellm")
+    ll.add_argument("--max-wait", type=float, default=300, help="seconds to wait for quiet")
     pool_arguments(sub.add_parser("pool", help="upstream pool under many streams to one host"))
+    accept_arguments(sub.add_parser("accept", help="--workers 2: shared socket vs SO_REUSEPORT"))
     a = sub.add_parser("all")
     a.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
@@ -312,6 +316,7 @@ def main() -> None:
             "profile": cmd_profile,
             "llm": cmd_llm,
             "pool": cmd_pool,
+            "accept": cmd_accept,
         }[ns.cmd](ns)
         if ns.cmd == "peers":
             print_peers(results["peers"])
