@@ -102,7 +102,7 @@ def _cell(target: llm.Target, mock: MockConfig, spec: llm.LlmSpec, streams: int,
 
 def cmd_llm(ns: argparse.Namespace) -> dict:
     os.sched_setaffinity(0, {CORE_A})
-    quiet = wait_quiet()
+    quiet = wait_quiet(max_wait_s=ns.max_wait)
     mock = MockConfig(
         token_rate=ns.token_rate, tokens=ns.tokens, first_token_s=ns.first_token_ms / 1000,
         jitter=ns.jitter, stamp=True,
