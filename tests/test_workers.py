@@ -110,7 +110,11 @@ async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> No
         for _ in range(10):
             assert (await request(port, "POST", "/v1/chat/completions", CHAT)).status == 200
         os.kill(pids[0], signal.SIGKILL)
-        # The port stays up: the other worker answers while a replacement starts.
+        # Each worker listens on a socket of its own (SO_REUSEPORT, Linux): a connection the
+        # kernel put in the dead worker's queue before its socket closed is reset, so wait
+        # until the supervisor has seen it die. The port stays up: the other worker answers
+        # while a replacement starts (after a pause of 0.5 s).
+        await read_until(proc, out, rb"worker %d exited" % pids[0])
         for _ in range(10):
             assert (await request(port, "GET", "/health")).status == 200
         (_, _, third) = await read_until(proc, out, rb"worker (\d+) started", 3)
