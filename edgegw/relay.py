@@ -224,14 +224,9 @@ class Exchanges:
             if data:
                 # Whole events: a key quoted in one cannot be split across two sends.
                 if outcome.done and not held and resp.complete:
-                    # [DONE] and the upstream's end came together: the last events and the
-                    # stream's end go in one client send (the terminator no longer follows
-                    # in a send, and a segment, of its own). Several events read at once
-                    # already go in one send (one write per piece read, above). Measured
-                    # (python -m bench llm --phases cost --baseline, 64 streams of 100
-                    # tokens, 3 interleaved rounds, load 4-5 on 2 cores, 2026-12-02): 371
-                    # vs 401 µs CPU per relayed event, lower in every round; one send fewer
-                    # per 104 events explains only part of that: re-run on a quiet machine.
+                    # [DONE] with the upstream's end: the last events and the terminator in
+                    # one client send. bench llm --baseline, 64 streams, load 4-5: 371 vs 401
+                    # µs CPU/event, lower each round; to re-run quiet (bench/README.md).
                     await writer.close(scrub(data, secret))
                     return
                 await writer.write(scrub(data, secret))
