@@ -32,6 +32,8 @@ from pathlib import Path
 import trio
 
 from bench import client_bench, parse_bench
+from bench.accept import add_arguments as accept_arguments
+from bench.accept import cmd_accept
 from bench.harness import (
     CHAT,
     CHAT_DIRECT,
@@ -45,8 +47,11 @@ from bench.harness import (
     mock_args,
     process,
 )
+from bench.llm import cmd_llm, print_llm
 from bench.memory import cmd_memory
 from bench.peers import cmd_peers, print_peers
+from bench.pool import add_arguments as pool_arguments
+from bench.pool import cmd_pool
 from bench.profile import cmd_profile
 from bench.streaming import cmd_streaming, print_streaming
 
@@ -262,6 +267,26 @@ def main() -> None:
     pr.add_argument(
         "--nonblocking", action="store_true", help="py-spy --nonblocking, no native frames"
     )
+    ll = sub.add_parser("llm", help="paced streams: CPU/event, RSS/stream, most streams per core")
+    ll.add_argument(
+        "--phases", nargs="+", choices=("cost", "capacity"), default=["cost", "capacity"]
+    )
+    ll.add_argument("--rounds", type=int, default=3, help="cost rounds")
+    ll.add_argument("--cost-streams", type=int, default=256, help="streams in flight, cost phase")
+    ll.add_argument("--step-seconds", type=float, default=8, help="measured seconds per step")
+    ll.add_argument("--start", type=int, default=128, help="capacity: first step's streams")
+    ll.add_argument("--max-streams", type=int, default=4096)
+    ll.add_argument("--budget", type=float, default=1200, help="capacity phase, seconds")
+    ll.add_argument("--gap-p99-ms", type=float, default=5.0)
+    ll.add_argument("--tokens", type=int, default=200)
+    ll.add_argument("--token-rate", type=float, default=30.0)
+    ll.add_argument("--first-token-ms", type=float, default=250.0)
+    ll.add_argument("--jitter", type=float, default=0.2)
+    ll.add_argument("--baseline", metavar="REF", help="also edgegw at git commit REF (Python)")
+    ll.add_argument("--skip", nargs="*", default=[], help="targets left out, e.g. litellm")
+    ll.add_argument("--max-wait", type=float, default=300, help="seconds to wait for quiet")
+    pool_arguments(sub.add_parser("pool", help="upstream pool under many streams to one host"))
+    accept_arguments(sub.add_parser("accept", help="--workers 2: shared socket vs SO_REUSEPORT"))
     a = sub.add_parser("all")
     a.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
@@ -289,11 +314,16 @@ def main() -> None:
             "streaming": cmd_streaming,
             "memory": cmd_memory,
             "profile": cmd_profile,
+            "llm": cmd_llm,
+            "pool": cmd_pool,
+            "accept": cmd_accept,
         }[ns.cmd](ns)
         if ns.cmd == "peers":
             print_peers(results["peers"])
         elif ns.cmd == "streaming":
             print_streaming(results["streaming"])
+        elif ns.cmd == "llm":
+            print_llm(results["llm"])
     results["loadavg_after"] = Path("/proc/loadavg").read_text().split()[:3]
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{ns.cmd}-{results['when'].replace(':', '')}.json"

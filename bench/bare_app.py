@@ -3,7 +3,12 @@ request and answers the mock's chat completion itself, with no upstream. A reque
 ``"stream":true`` gets a canned SSE stream shaped like the mock's (a role chunk, ``--tokens``
 content chunks, a finish chunk, ``data: [DONE]``), one ASGI body message per event, unpaced.
 
-    python -m bench.bare_app --port 9100 [--tokens 16]
+With ``--upstream URL`` (the paced mock) a streaming request is passed through instead: its
+body is POSTed to ``URL``/chat/completions with edgegw's upstream pool and every piece of the
+answer is sent on as one ASGI body message, untouched (no parsing, no tap, no limits): the
+ceiling of a relay on this server stack (`python -m bench llm`).
+
+    python -m bench.bare_app --port 9100 [--tokens 16] [--upstream http://127.0.0.1:9000/v1]
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import argparse
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+
+from edgegw.upstream import Origin, UpstreamPool
 
 CANNED = (
     b'{"id":"chatcmpl-mock","object":"chat.completion","created":1700000000,"model":"gpt-4o-mini",'
@@ -38,8 +45,12 @@ def sse_events(tokens: int) -> list[bytes]:
     return events
 
 
-def make_app(tokens: int):
+def make_app(tokens: int, upstream: str | None = None):
     events = sse_events(tokens)
+    origin = Origin.from_url(upstream) if upstream else None
+    pool = UpstreamPool(idle_per_host=4096)
+    target = (origin.base_path + "/chat/completions").encode() if origin else b""
+    up_headers = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
 
     async def app(scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -62,6 +73,16 @@ def make_app(tokens: int):
             await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
             await send({"type": "http.response.body", "body": CANNED})
             return
+        if origin is not None:
+            resp = await pool.send(origin, b"POST", target, up_headers, body)
+            try:
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+                while chunk := await resp.receive_chunk():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            finally:
+                await resp.aclose()
+            await send({"type": "http.response.body", "body": b""})
+            return
         await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         for event in events:
             await send({"type": "http.response.body", "body": event, "more_body": True})
@@ -74,13 +95,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per SSE stream")
+    parser.add_argument("--upstream", help="pass streams through to this base URL (.../v1)")
     ns = parser.parse_args()
     config = Config()
     config.bind = [f"127.0.0.1:{ns.port}"]
     config.accesslog = None
     config.read_timeout = None
     config.keep_alive_timeout = 75  # as edgegw's server: idle keep-alive connections stay open
-    trio.run(serve, make_app(ns.tokens), config)
+    config.backlog = 4096
+    trio.run(serve, make_app(ns.tokens, ns.upstream), config)
 
 
 if __name__ == "__main__":

@@ -94,13 +94,15 @@ def process(
     exe: str | None = None,
     ready_s: float = 20.0,
     log: Path | None = None,
+    cwd: Path | None = None,
 ) -> Iterator[subprocess.Popen]:
     """Run ``exe args`` (default: this Python) pinned to ``cpu`` with the open-file limit
-    raised; wait until ``port`` accepts; terminate on exit."""
+    raised, in ``cwd`` (default: the repository); wait until ``port`` accepts; terminate on
+    exit."""
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
         [exe or sys.executable, *args],
-        cwd=ROOT,
+        cwd=cwd or ROOT,
         env={**os.environ, **(env or {})},
         stdout=out,
         stderr=out,

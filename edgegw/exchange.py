@@ -232,6 +232,8 @@ class SseWriter:
         """The stream's clean end (`data` holds its last events, `[DONE]` included)."""
         self.state = StreamState.ENDED
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
+        if data and self._outcome.first_chunk_at is None:
+            self._outcome.first_chunk_at = trio.current_time()
 
     async def fail(self, code: str, message: str) -> None:
         """End a started stream with one error event (no `[DONE]`); before the head, raise

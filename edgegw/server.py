@@ -78,6 +78,7 @@ async def serve(
         pool = UpstreamPool(
             connect_timeout_s=settings.connect_timeout_s,
             idle_per_host=settings.pool_idle_per_host,
+            max_per_host=settings.pool_max_per_host,
             tls_minimum=TLS_VERSIONS[settings.client_tls_min_version],
         )
     watch = DisconnectWatch()

@@ -90,6 +90,8 @@ class Settings:
     response_buffer_budget_bytes: int = 256 * 1024 * 1024
     # Idle keep-alive connections kept per upstream host.
     pool_idle_per_host: int = 64
+    # Open connections per upstream host, idle or in use (upstream.MAX_PER_HOST); past it, queue.
+    pool_max_per_host: int = 1024
     models_timeout_s: float = 5.0
     # SIGTERM: how long running streams may finish before they are ended with an SSE error.
     graceful_timeout_s: float = 30.0
@@ -378,6 +380,8 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         )
     if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
         kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
+    if v := env.get("UPSTREAM_POOL_MAX_PER_HOST"):
+        kw["pool_max_per_host"] = _int("UPSTREAM_POOL_MAX_PER_HOST", v, 1, 100_000)
     if v := env.get("EDGEGW_SERVER"):
         name = v.strip().lower()
         if name not in ("edgegw", "hypercorn"):

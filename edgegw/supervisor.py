@@ -1,10 +1,20 @@
-"""`edgegw serve --workers N`: N worker processes sharing one listening socket.
+"""`edgegw serve --workers N`: N worker processes sharing one port.
 
-The supervisor binds and listens once, then starts N copies of edgegw with the socket
-inherited (`serve --worker-fd FD`, served by Hypercorn as `fd://FD`); each worker is a
-Trio event loop of its own and the kernel spreads connections between them. The
-supervisor holds the socket for its whole life, so a worker that dies never takes the
-port down: it is replaced (with a growing pause if workers keep dying at once).
+On Linux every worker gets a listening socket of its own in one SO_REUSEPORT group (`serve
+--worker-fd FD`, served as `fd://FD`), made by the supervisor for each start and closed on its
+side once the worker has it; the kernel hashes each new connection to one of them. The
+supervisor holds the port with a socket of the group that is bound but never listens (so it
+gets no connections, and nobody else can bind the port). Measured against one listening socket
+that every worker inherits (`python -m bench accept`, 2 workers on 2 cores, 3 rounds,
+2026-12-02, load 3-4): of 400 keep-alive connections the busier worker took 52-54 % with
+SO_REUSEPORT and 67-84 % with the shared socket (whichever Trio loop wakes first accepts, and a
+busy one keeps winning), and under a closed-loop load the busier worker did 50-51 % of the work
+against 53-58 %. The price: connections waiting in a worker's accept queue when it dies are
+reset, and with every worker down the port refuses instead of queueing. Elsewhere (no
+SO_REUSEPORT), the supervisor listens once and every worker inherits that socket.
+
+Each worker is a Trio event loop of its own. A worker that dies never takes the port down:
+the others keep theirs, and it is replaced (with a growing pause if workers keep dying at once).
 SIGTERM/SIGINT go to every worker, which drains (see edgegw.server.serve); the
 supervisor waits for them and exits 0.
 
@@ -47,20 +57,46 @@ def worker_command(fd: int, config_file: str | None, metrics_socket: str | None)
     return cmd
 
 
+# One socket per worker in a SO_REUSEPORT group where the kernel balances it (module doc).
+REUSEPORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
+
+
 def listen(settings: Settings) -> socket.socket:
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    """The supervisor's socket: with REUSEPORT bound only (it holds the port; `worker_socket`
+    makes each worker's), else the listening socket every worker inherits."""
+    return _bound(settings.host, settings.port, listening=not REUSEPORT)
+
+
+def worker_socket(held: socket.socket) -> socket.socket:
+    """The listening socket one worker is started with: the held one itself, or a new one
+    in its SO_REUSEPORT group."""
+    if not REUSEPORT:
+        return held
+    host, port = held.getsockname()[:2]
+    return _bound(host, port, listening=True)
+
+
+def _bound(host: str, port: int, *, listening: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(BACKLOG)
-    sock.set_inheritable(True)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if REUSEPORT:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        if listening:
+            sock.listen(BACKLOG)
+            sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
 @dataclass
 class _State:
-    fd: int  # the listening socket the workers inherit
+    held: socket.socket  # the supervisor's socket (module doc)
     config_file: str | None
     metrics_dir: str | None  # where the workers' metrics sockets go; None: no telemetry
     stopping: bool = False
@@ -88,7 +124,7 @@ def run(settings: Settings, workers: int, config_file: str | None) -> int:
     # Private to this user; a scrape of the supervisor is what exposes the metrics.
     metrics_dir = tempfile.mkdtemp(prefix="edgegw-metrics-") if settings.telemetry_enabled else None
     try:
-        state = _State(sock.fileno(), config_file, metrics_dir)
+        state = _State(sock, config_file, metrics_dir)
         trio.run(_supervise, state, workers, settings)
     finally:
         sock.close()
@@ -145,8 +181,13 @@ async def _keep_running(slot: int, state: _State) -> None:
             state.starts += 1
             metrics_socket = os.path.join(state.metrics_dir, f"worker-{state.starts}.sock")
             state.metrics_sockets[slot] = metrics_socket
-        cmd = worker_command(state.fd, state.config_file, metrics_socket)
-        proc = await trio.lowlevel.open_process(cmd, pass_fds=(state.fd,))
+        listener = worker_socket(state.held)
+        try:
+            cmd = worker_command(listener.fileno(), state.config_file, metrics_socket)
+            proc = await trio.lowlevel.open_process(cmd, pass_fds=(listener.fileno(),))
+        finally:
+            if listener is not state.held:
+                listener.close()  # the worker's now: kept here, it would queue for nobody
         state.procs[slot] = proc
         print(f"edgegw: worker {proc.pid} started", flush=True)
         started = trio.current_time()

@@ -10,14 +10,29 @@ TLS is `trio.SSLStream`. A connection goes back to the pool only after a whole r
 was read and the response allows reuse; a cancelled or failed exchange closes it, so a
 client that disconnects also closes its upstream request.
 
+Connections to one host are capped (`max_per_host`, UPSTREAM_POOL_MAX_PER_HOST; Envoy's
+circuit breaker `max_connections` defaults to the same 1,024): past the cap a request
+queues, first come first served, for a connection coming back (handed over directly, never
+parked idle while someone waits) or for a slot freed by one that closed. The wait is inside
+the caller's first-byte deadline, so a request that waits too long gets the caller's 504;
+the queue itself is bounded by the requests a process handles at once (EDGEGW_MAX_IN_FLIGHT).
+HTTP/1.1 carries one exchange per connection, so the cap is also the most streams in flight
+to one host: without it 2,000 concurrent streams to one provider open 2,000 sockets
+(bench/README.md, "Upstream connections").
+
 Transport failures become `GatewayError`s in one table (`_transport_error`):
 connect errors and broken responses are 502, timeouts 504.
+
+Longer than the guide because the pool (slots, queue, idle list), the request writer and the
+response reader share one invariant, that every connection is counted once and pooled only
+whole, which is checked best when read in one file.
 """
 
 from __future__ import annotations
 
 import select
 import ssl
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -29,6 +44,8 @@ from edgegw.errors import GatewayError
 
 USER_AGENT = b"edgegw/0.1"
 READ_SIZE = 65536
+# Open connections (idle or in use) to one host; past it requests queue (module doc).
+MAX_PER_HOST = 1024
 
 Headers = Sequence[tuple[bytes, bytes]]
 
@@ -55,12 +72,35 @@ class Origin:
         return (host if self.port == default else f"{host}:{self.port}").encode()
 
 
-class _Connection:
-    __slots__ = ("stream", "sock")
+class _Waiter:
+    """A request queued for a connection to its host: handed one (`conn`), or a slot to
+    open one (`conn` None), when `ready` is set."""
 
-    def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType) -> None:
+    __slots__ = ("ready", "conn")
+
+    def __init__(self) -> None:
+        self.ready = trio.Event()
+        self.conn: _Connection | None = None
+
+
+class _Host:
+    """One host's connections: the idle ones, how many are open, who waits for one."""
+
+    __slots__ = ("idle", "open", "waiters")
+
+    def __init__(self) -> None:
+        self.idle: list[_Connection] = []
+        self.open = 0  # idle, in use, or being opened
+        self.waiters: deque[_Waiter] = deque()
+
+
+class _Connection:
+    __slots__ = ("stream", "sock", "host")
+
+    def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType, host: _Host) -> None:
         self.stream = stream
         self.sock = sock
+        self.host = host
 
     def looks_alive(self) -> bool:
         """An idle keep-alive connection must have nothing to read: readable means the
@@ -86,8 +126,15 @@ class UpstreamPool:
     ssl_context: ssl.SSLContext | None = None
     # Oldest TLS version accepted from an upstream (CLIENT_TLS_MIN_VERSION).
     tls_minimum: ssl.TLSVersion = ssl.TLSVersion.TLSv1_2
-    _idle: dict[tuple[str, str, int], list[_Connection]] = field(default_factory=dict)
+    # Open connections per host (UPSTREAM_POOL_MAX_PER_HOST); past it requests queue.
+    max_per_host: int = MAX_PER_HOST
+    _hosts: dict[tuple[str, str, int], _Host] = field(default_factory=dict)
     open_connections: int = 0
+    # Since start: connections opened, requests sent on a kept-alive one, requests that
+    # queued at the cap (bench/ reads them; they are cheap enough to keep always).
+    connections_opened: int = 0
+    reused: int = 0
+    queued: int = 0
 
     def _ssl(self) -> ssl.SSLContext:
         if self.ssl_context is None:
@@ -96,7 +143,15 @@ class UpstreamPool:
             self.ssl_context.minimum_version = self.tls_minimum
         return self.ssl_context
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    def _host(self, origin: Origin) -> _Host:
+        key = (origin.scheme, origin.host, origin.port)
+        host = self._hosts.get(key)
+        if host is None:
+            host = self._hosts[key] = _Host()
+        return host
+
+    async def _connect(self, origin: Origin, host: _Host) -> _Connection:
+        """A new connection, in a slot of `host` the caller holds (given back on failure)."""
         try:
             with trio.fail_after(self.connect_timeout_s):
                 tcp = await trio.open_tcp_stream(origin.host, origin.port)
@@ -111,42 +166,98 @@ class UpstreamPool:
                         tcp.socket.close()  # a failed or cancelled handshake must not leak it
                         raise
                     stream = tls
-        except trio.TooSlowError:
-            raise GatewayError(
-                504, "upstream_timeout", "timed out connecting to the upstream"
-            ) from None
-        except (OSError, trio.BrokenResourceError, ssl.SSLError) as e:
-            raise GatewayError(
-                502, "upstream_unreachable", "could not connect to the upstream"
-            ) from e
+        except BaseException as e:
+            self._free_slot(host)
+            if isinstance(e, trio.TooSlowError):
+                raise GatewayError(
+                    504, "upstream_timeout", "timed out connecting to the upstream"
+                ) from None
+            if isinstance(e, (OSError, trio.BrokenResourceError, ssl.SSLError)):
+                raise GatewayError(
+                    502, "upstream_unreachable", "could not connect to the upstream"
+                ) from e
+            raise
         self.open_connections += 1
-        return _Connection(stream, tcp.socket)
+        self.connections_opened += 1
+        return _Connection(stream, tcp.socket, host)
 
-    def _checkout(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get((origin.scheme, origin.host, origin.port))
+    async def _acquire(self, origin: Origin) -> tuple[_Connection, bool]:
+        """A connection for one exchange: (it, whether it was kept alive from an earlier
+        one). At the cap, wait in line (module doc)."""
+        host = self._host(origin)
+        idle = host.idle
         while idle:
             conn = idle.pop()
             if conn.looks_alive():
-                return conn
+                self.reused += 1
+                return conn, True
             self.open_connections -= 1
+            host.open -= 1
             conn.sock.close()  # sync close of the raw socket; nothing to flush on a dead peer
-        return None
+        return await self._open(origin, host)
 
-    def _checkin(self, origin: Origin, conn: _Connection) -> bool:
-        idle = self._idle.setdefault((origin.scheme, origin.host, origin.port), [])
-        if len(idle) >= self.idle_per_host:
+    async def _open(self, origin: Origin, host: _Host) -> tuple[_Connection, bool]:
+        """A new connection, once a slot is free; or one handed over while waiting."""
+        if host.open < self.max_per_host:
+            host.open += 1
+        else:
+            handed = await self._wait(host)
+            if handed is not None:
+                if handed.looks_alive():
+                    self.reused += 1
+                    return handed, True
+                self.open_connections -= 1  # closed by the peer meanwhile: its slot is ours
+                handed.sock.close()
+        return await self._connect(origin, host), False
+
+    async def _wait(self, host: _Host) -> _Connection | None:
+        """Queue for `host`: a connection handed over, or None for a slot to open one in."""
+        waiter = _Waiter()
+        host.waiters.append(waiter)
+        self.queued += 1
+        try:
+            await waiter.ready.wait()
+        except BaseException:
+            if not waiter.ready.is_set():
+                host.waiters.remove(waiter)
+            elif waiter.conn is not None:  # handed one as the wait was cancelled: pass it on
+                if not self._checkin(waiter.conn):
+                    self._drop(waiter.conn)
+                    waiter.conn.sock.close()
+            else:
+                self._free_slot(host)
+            raise
+        return waiter.conn
+
+    def _free_slot(self, host: _Host) -> None:
+        """A connection of `host` closed (or was never opened): its slot to the next in line."""
+        if host.waiters:
+            host.waiters.popleft().ready.set()  # the slot passes on: host.open is unchanged
+        else:
+            host.open -= 1
+
+    def _checkin(self, conn: _Connection) -> bool:
+        """A connection fit for reuse: to the next in line, or idle; False: close it."""
+        host = conn.host
+        if host.waiters:
+            waiter = host.waiters.popleft()
+            waiter.conn = conn
+            waiter.ready.set()
+            return True
+        if len(host.idle) >= self.idle_per_host:
             return False
-        idle.append(conn)
+        host.idle.append(conn)
         return True
 
     def idle_count(self) -> int:
-        return sum(len(v) for v in self._idle.values())
+        return sum(len(h.idle) for h in self._hosts.values())
 
     async def aclose(self) -> None:
-        for idle in self._idle.values():
-            for conn in idle:
+        for host in self._hosts.values():
+            for conn in host.idle:
                 await conn.aclose()
-            idle.clear()
+            host.open -= len(host.idle)
+            host.idle.clear()
         self.open_connections = 0
 
     async def send(
@@ -163,17 +274,17 @@ class UpstreamPool:
         )
         request = _request_head(origin, method, target, headers, framing) + body
         for attempt in (0, 1):
-            conn = self._checkout(origin) if attempt == 0 else None
-            reused = conn is not None
-            if conn is None:
-                conn = await self._connect(origin)
+            if attempt == 0:
+                conn, reused = await self._acquire(origin)
+            else:  # not an idle one again: it could be stale too
+                conn, reused = await self._open(origin, self._host(origin))
             parser = ResponseParser(method == b"HEAD")
             try:
                 await conn.stream.send_all(request)
                 return await _read_head(self, origin, conn, parser)
             except _StaleConnection:
                 await self._discard(conn)
-                if reused:
+                if reused and attempt == 0:
                     continue
                 raise GatewayError(
                     502, "upstream_connection_lost", "the upstream closed the connection"
@@ -203,7 +314,7 @@ class UpstreamPool:
             else b"content-length: %d\r\n" % content_length
         )
         head = _request_head(origin, method, target, headers, framing)
-        conn = self._checkout(origin) or await self._connect(origin)
+        conn, _ = await self._acquire(origin)
         parser = ResponseParser(method == b"HEAD")
         try:
             await conn.stream.send_all(head)
@@ -233,8 +344,13 @@ class UpstreamPool:
             raise
 
     async def _discard(self, conn: _Connection) -> None:
-        self.open_connections -= 1
+        self._drop(conn)
         await conn.aclose()
+
+    def _drop(self, conn: _Connection) -> None:
+        """Count `conn` closed and free its slot (the caller closes the socket)."""
+        self.open_connections -= 1
+        self._free_slot(conn.host)
 
 
 def _request_head(
@@ -338,6 +454,11 @@ class Response:
         self._done = done
         self._closed = False
 
+    @property
+    def complete(self) -> bool:
+        """The whole body has been read (the next `receive_chunk()` is b"")."""
+        return self._done and not self._pending
+
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
             if k == name:
@@ -375,6 +496,6 @@ class Response:
         if self._closed:
             return
         self._closed = True
-        if self._done and self._parser.reusable and self._pool._checkin(self._origin, self._conn):
+        if self._done and self._parser.reusable and self._pool._checkin(self._conn):
             return
         await self._pool._discard(self._conn)

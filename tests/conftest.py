@@ -75,7 +75,9 @@ async def start_gateway(
         config_file=config_file,
     )
     pool = UpstreamPool(
-        connect_timeout_s=settings.connect_timeout_s, idle_per_host=settings.pool_idle_per_host
+        connect_timeout_s=settings.connect_timeout_s,
+        idle_per_host=settings.pool_idle_per_host,
+        max_per_host=settings.pool_max_per_host,
     )
     telemetry = Telemetry(settings)
     binds = await nursery.start(

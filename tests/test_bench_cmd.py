@@ -372,3 +372,30 @@ async def test_send_one_leaves_the_connection_reusable(nursery: trio.Nursery) ->
         for streamed in (False, True):
             assert await send_one(stream, chat_request(port, streamed)) == (200, True)
     assert len(mock.requests) == 2
+
+
+async def test_llm_scenario_measures_paced_streams(tmp_path: Path) -> None:
+    """A bounded step search through an in-process edgegw: every figure is computed from the
+    streams that ran (their counts tie to the mock's shape), none is judged for speed."""
+    r, out, _ = await bench(
+        tmp_path, "--scenario", "llm", "--mock-tokens", "5", "--mock-token-rate", "50",
+        "--mock-first-token-ms", "20", "--llm-start", "2", "--llm-max-streams", "4",
+        "--duration", "0.3", "--llm-budget", "3",
+    )  # fmt: skip
+    assert r["schema"] == "edgegw-bench-llm/1" and r["mock"]["tokens"] == 5
+    assert r["steps"] and r["steps"][0]["streams"] == 2
+    assert "sustained:" in out or "no step passed" in out
+    for step in r["steps"]:
+        ok = step["ok"]
+        assert ok > 0 and step["requests"] == ok + step["errors"]
+        # The stamps crossed the gateway: lag and gap come from the mock's own write times.
+        assert step["gap_source"] == "stamps"
+        assert step["relay_lag_ms"]["count"] == 5 * ok  # one per content event
+        assert step["added_gap_ms"]["count"] == 4 * ok  # between consecutive content events
+        assert step["ttft_ms"]["count"] == ok and step["ttft_added_ms"] is not None
+        # role, 5 content, finish, usage, [DONE]: every stream of the step, warm-up included
+        assert step["events"] % 9 == 0 and step["events"] >= 9 * ok
+        assert step["cpu_s"] > 0 and step["cpu_us_per_event"] > 0
+        assert 0 < step["in_flight"]["mean"] <= step["in_flight"]["max"]
+        assert step["passed"] == (step["why"] is None)
+    assert r["sustained_streams"] in (0, *(s["streams"] for s in r["steps"] if s["passed"]))

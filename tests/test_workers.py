@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 import trio
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.openmetrics.parser import (
@@ -23,6 +24,7 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgegw import supervisor as supervisor_module
 from edgegw.bench.mock import MockUpstream
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
@@ -108,7 +110,11 @@ async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> No
         for _ in range(10):
             assert (await request(port, "POST", "/v1/chat/completions", CHAT)).status == 200
         os.kill(pids[0], signal.SIGKILL)
-        # The port stays up: the other worker answers while a replacement starts.
+        # Each worker listens on a socket of its own (SO_REUSEPORT, Linux): a connection the
+        # kernel put in the dead worker's queue before its socket closed is reset, so wait
+        # until the supervisor has seen it die. The port stays up: the other worker answers
+        # while a replacement starts (after a pause of 0.5 s).
+        await read_until(proc, out, rb"worker %d exited" % pids[0])
         for _ in range(10):
             assert (await request(port, "GET", "/health")).status == 200
         (_, _, third) = await read_until(proc, out, rb"worker (\d+) started", 3)
@@ -238,3 +244,56 @@ def test_merged_expositions_sum_each_series() -> None:
     assert sample(merged, tokens, gen_ai_token_type="output", **gpt) == 10
     assert sample(merged, "inference_gateway_tool_calls_total", **gpt) == 2
     assert "# TYPE gen_ai_server_time_to_first_token_seconds histogram" in merged
+
+
+def listening_inodes(port: int) -> set[str]:
+    """Inodes of the sockets listening on 127.0.0.1:`port` (Linux procfs)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[1] == f"0100007F:{port:04X}" and fields[3] == "0A":
+            found.add(fields[9])
+    return found
+
+
+def socket_inodes(pid: int) -> set[str]:
+    out = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+@pytest.mark.skipif(not supervisor_module.REUSEPORT, reason="SO_REUSEPORT groups: Linux only")
+async def test_each_worker_listens_on_a_socket_of_its_own(mock: MockUpstream) -> None:
+    env = {**os.environ, **upstream_env(mock), "SERVER_PORT": "0", "LOG_LEVEL": "WARNING"}
+    out: list[bytes] = []
+    pids: list[int] = []
+    async with supervisor(env, pids) as proc:
+        (listening,) = await read_until(
+            proc, out, rb"listening on http://127\.0\.0\.1:(\d+) with 2 workers"
+        )
+        port = int(listening.group(1))
+        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
+        await wait_until_serving(port)
+        # Two listening sockets on the port, one in each worker; the supervisor's only holds
+        # the port (bound, not listening), so no connection waits in a queue nobody reads.
+        listeners = listening_inodes(port)
+        assert len(listeners) == 2
+        assert [len(listeners & socket_inodes(pid)) for pid in pids] == [1, 1]
+        assert not listeners & socket_inodes(proc.pid)
+        os.kill(pids[0], signal.SIGKILL)
+        (_, _, third) = await read_until(proc, out, rb"worker (\d+) started", 3)
+        pids.append(int(third.group(1)))
+        await wait_until_serving(port)
+        with trio.fail_after(10):  # the dead worker's socket left the group with it
+            while len(listening_inodes(port)) != 2:  # noqa: ASYNC110 (kernel state)
+                await trio.sleep(0.05)
+        assert len(listening_inodes(port) & socket_inodes(pids[2])) == 1
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            assert await proc.wait() == 0

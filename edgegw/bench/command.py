@@ -8,6 +8,9 @@ The load generator is ``edgegw.bench.loadgen``: closed loop (``--connections``) 
 (``--rate``), bounded by ``--duration`` and ``--max-requests``. It prints throughput,
 latency, time to first token, gaps between stream events and errors by kind, and can write
 all of it as JSON (``--json``) and compare it with an earlier run's JSON (``--compare``).
+``--scenario llm`` runs the LLM-shaped step search of ``edgegw.bench.llm`` instead: model-paced
+streams arriving open loop, the largest number carried at once with the added gap between
+tokens kept under ``--llm-gap-p99-ms``, and CPU per event, RSS per stream and TTFT added.
 
 Exit status: 0 when the run completed (errors are counted, not fatal; Ctrl-C during the load
 ends it early and still reports), 2 for bad arguments or a target that cannot be reached or
@@ -34,6 +37,7 @@ from urllib.parse import urlsplit
 import orjson
 import trio
 
+from edgegw.bench import llm
 from edgegw.bench.loadgen import Load, LoadSpec, Probe, probe
 from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.bench.options import DEFAULT_CONNECTIONS, DEFAULT_OPEN_LOOP_CONNECTIONS, BenchOptions
@@ -59,6 +63,7 @@ MAX_RATE = 50_000.0  # far above what one Python process can send; a typo guard,
 CONNECT_TIMEOUT_S = 5.0  # the first connection, before the run
 PROBE_TIMEOUT_S = 5.0  # the first request's answer, at least
 MOCK_KEY = "edgegw-bench"  # what the in-process gateway sends the mock (which checks none)
+_LLM = llm.LlmSpec()  # the llm scenario's defaults
 USAGE = """\
 examples:
   edgegw bench                                  # 10 s, streaming, 32 connections, via edgegw
@@ -66,6 +71,8 @@ examples:
   edgegw bench --direct --json direct.json      # the mock alone: the baseline
   edgegw bench --mock-latency-ms 50 --mock-token-rate 40 --mock-tokens 64 --connections 128
   edgegw bench --compare run.json               # print the change against an earlier run
+  edgegw bench --scenario llm --json llm.json   # paced streams: how many at once, and their cost
+  edgegw bench --scenario llm --direct          # the same search against the mock alone
   OPENAI_API_URL=http://127.0.0.1:9000/v1 OPENAI_API_KEY=x edgegw serve &
   edgegw bench --target http://127.0.0.1:8080 --mock-port 9000
 
@@ -101,6 +108,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     where.add_argument(
         "--direct", action="store_true", help="load the mock itself: the baseline for a gateway"
+    )
+    where.add_argument(
+        "--scenario",
+        choices=("requests", "llm"),
+        default="requests",
+        help="requests: the load below (default); llm: the paced-stream step search "
+        "(the --llm-* options; the mock paces like a model unless --mock-* say otherwise)",
+    )
+    where.add_argument(
+        "--target-pid",
+        type=_bounded(int, 1, 2**31),
+        metavar="PID",
+        help="llm: read CPU and RSS of this process tree (the --target) instead of this process",
     )
     where.add_argument(
         "--model", default="openai/mock", help="model to ask for (default openai/mock)"
@@ -159,23 +179,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mock.add_argument(
         "--mock-latency-ms",
         type=_bounded(float, 0, 600_000),
-        default=0.0,
+        default=None,
         metavar="MS",
         help="delay before each answer's head (default 0)",
     )
     mock.add_argument(
         "--mock-token-rate",
         type=_bounded(float, 0, 1e6),
-        default=0.0,
+        default=None,
         metavar="R",
-        help="tokens per second when streaming; 0 = as fast as possible (default)",
+        help="tokens per second when streaming; 0 = as fast as possible (default; llm: 30)",
     )
     mock.add_argument(
         "--mock-tokens",
         type=_bounded(int, 0, 100_000),
-        default=16,
+        default=None,
         metavar="N",
-        help="tokens per answer (default 16)",
+        help="tokens per answer (default 16; llm: 200)",
     )
     mock.add_argument(
         "--mock-chunk-tokens",
@@ -183,6 +203,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="tokens per stream chunk (default 1)",
+    )
+    mock.add_argument(
+        "--mock-first-token-ms",
+        type=_bounded(float, 0, 600_000),
+        default=None,
+        metavar="MS",
+        help="streams: wait after the head before the first token (default 0; llm: 250)",
+    )
+    mock.add_argument(
+        "--mock-jitter",
+        type=_bounded(float, 0, 1),
+        default=None,
+        metavar="J",
+        help="streams: each token gap times uniform [1-J, 1+J] (default 0; llm: 0.2)",
     )
     mock.add_argument(
         "--mock-error-rate",
@@ -197,6 +231,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         metavar="PORT",
         help="mock port (default: any free one; fix it for a --target configured in advance)",
+    )
+    search = parser.add_argument_group("the llm scenario (--scenario llm)")
+    search.add_argument(
+        "--llm-start",
+        type=_bounded(int, 1, MAX_CONNECTIONS),
+        default=_LLM.start_streams,
+        metavar="N",
+        help=f"concurrent streams of the first step (default {_LLM.start_streams})",
+    )
+    search.add_argument(
+        "--llm-max-streams",
+        type=_bounded(int, 1, MAX_CONNECTIONS),
+        default=_LLM.max_streams,
+        metavar="N",
+        help=f"the search stops at N (default {_LLM.max_streams})",
+    )
+    search.add_argument(
+        "--llm-budget",
+        type=_bounded(float, 0.1, 3600),
+        default=_LLM.budget_s,
+        metavar="S",
+        help=f"no step starts that would end after S seconds (default {_LLM.budget_s:g}); "
+        "--duration is each step's measured time",
+    )
+    search.add_argument(
+        "--llm-gap-p99-ms",
+        type=_bounded(float, 0.01, 10_000),
+        default=_LLM.gap_p99_ms,
+        metavar="MS",
+        help=f"a step passes with no error and the added token gap's p99 at most MS "
+        f"(default {_LLM.gap_p99_ms:g})",
     )
     out = parser.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write every result to FILE as JSON")
@@ -222,17 +287,40 @@ def options_from_args(
         _split_target(args.target)  # raises BenchError
     if args.json:
         _check_writable(args.json)
+    is_llm = args.scenario == "llm"
+    if is_llm and (args.compare or args.rate or args.connections or not args.stream):
+        raise BenchError("--scenario llm sets its own load: no --compare, --rate, "
+                         "--connections or --no-stream")  # fmt: skip
+    if args.target_pid and not (is_llm and args.target):
+        raise BenchError("--target-pid goes with --scenario llm and --target")
     compare = _read_run(args.compare) if args.compare else None
+    base = llm.LLM_MOCK if is_llm else MockConfig()
+
+    def pick(value: float | None, default: float) -> float:
+        return default if value is None else value
+
     try:
         mock = MockConfig(
-            latency_s=args.mock_latency_ms / 1000,
-            token_rate=args.mock_token_rate,
-            tokens=args.mock_tokens,
+            latency_s=pick(args.mock_latency_ms, base.latency_s * 1000) / 1000,
+            token_rate=pick(args.mock_token_rate, base.token_rate),
+            tokens=int(pick(args.mock_tokens, base.tokens)),
             chunk_tokens=args.mock_chunk_tokens,
             error_rate=args.mock_error_rate,
+            first_token_s=pick(args.mock_first_token_ms, base.first_token_s * 1000) / 1000,
+            jitter=pick(args.mock_jitter, base.jitter),
+            stamp=is_llm,
         )
+        if is_llm and not mock.token_rate:
+            raise ValueError("--scenario llm wants a paced mock (--mock-token-rate > 0)")
     except ValueError as e:
         raise BenchError(str(e)) from None
+    spec = llm.LlmSpec(
+        start_streams=min(args.llm_start, args.llm_max_streams),
+        max_streams=args.llm_max_streams,
+        step_s=args.duration,
+        budget_s=args.llm_budget,
+        gap_p99_ms=args.llm_gap_p99_ms,
+    )
     return BenchOptions(
         target=args.target,
         direct=args.direct,
@@ -251,6 +339,9 @@ def options_from_args(
         compare_path=args.compare,
         progress=args.progress,
         api_key=env.get(API_KEY_ENV) or None,
+        scenario=args.scenario,
+        llm=spec,
+        target_pid=args.target_pid,
     )
 
 
@@ -330,8 +421,11 @@ async def _bench(
     else:
         kind, base = "in-process", await _start_gateway(nursery, mock_url)
     host, port, path = _split_target(base)
-    need = opts.loop_connections * {"in-process": 4, "direct": 2, "external": 2}[kind] + 64
-    _ensure_file_descriptors(need, opts.loop_connections)
+    most = opts.loop_connections
+    if opts.scenario == "llm":
+        most = math.ceil(opts.llm.max_streams * 1.25) + llm.MAX_EXTRA_CONNECTIONS
+    need = most * {"in-process": 4, "direct": 2, "external": 2}[kind] + 64
+    _ensure_file_descriptors(need, most)
     address = await _resolve(host, port)
     spec = LoadSpec(
         address=address,
@@ -346,8 +440,12 @@ async def _bench(
         timeout_s=opts.timeout_s,
     )
     params = _parameters(opts, kind, base, path, model, mock_url)
-    _print_header(params, out)
+    if opts.scenario == "llm":
+        llm.print_header(opts.mock, opts.llm, f"{base}{path} ({kind})", out)
+    else:
+        _print_header(params, out)
     load = Load(spec)
+    searched: dict[str, Any] = {}
     first: Probe | None = None
     problem: str | None = None
     async with trio.open_nursery() as watchers:
@@ -362,17 +460,25 @@ async def _bench(
                     print(_probe_warning(first, kind, mock_url), file=err)
                 if opts.progress if opts.progress is not None else err.isatty():
                     watchers.start_soon(_show_progress, load, err, err.isatty())
-        if first is not None and problem is None:
+        if first is not None and problem is None and opts.scenario == "llm":
+            searched = await _search(opts, spec, kind, out)
+        elif first is not None and problem is None:
             await load.run()  # outside `startup`: Ctrl-C now ends the load, not the command
         watchers.cancel_scope.cancel()
     if first is None:
         return 130
     if problem is not None:
         raise BenchError(problem)
-    result = _result(load, params, started_at)
-    if opts.compare is not None:
+    if opts.scenario == "llm":
+        result = {**searched, "schema": "edgegw-bench-llm/1", "parameters": params,
+                  "started_at": started_at.isoformat()}  # fmt: skip
+        llm.print_search(result, out)
+    else:
+        result = _result(load, params, started_at)
+    if opts.compare is not None and opts.scenario != "llm":
         result["comparison"] = _comparison(opts.compare, result, opts.compare_path or "")
-    _print_report(result, out)
+    if opts.scenario != "llm":
+        _print_report(result, out)
     if opts.json_path:
         try:
             data = orjson.dumps(result, option=orjson.OPT_INDENT_2) + b"\n"
@@ -381,6 +487,22 @@ async def _bench(
             print(f"edgegw bench: cannot write {opts.json_path}: {e.strerror}", file=err)
             return 1
     return 0
+
+
+async def _search(opts: BenchOptions, spec: LoadSpec, kind: str, out: TextIO) -> dict[str, Any]:
+    """The llm scenario's step search against the probed target."""
+    if opts.target_pid is not None:
+        meter = llm.Meter.of_pid(opts.target_pid, f"process {opts.target_pid} and its children")
+    else:
+        meter = llm.Meter.this_process(
+            {
+                "in-process": "this process: gateway, mock and load generator together",
+                "direct": "this process: mock and load generator (no gateway)",
+                "external": "this process: mock and load generator (not the target)",
+            }[kind]
+        )
+    target = llm.Target(spec.address, spec.port, spec.request)
+    return await llm.search(target, opts.mock, opts.llm, meter, out=out)
 
 
 async def _start_gateway(nursery: trio.Nursery, mock_url: str) -> str:

@@ -31,7 +31,9 @@ Two optional hooks serve callers that measure more than the generator does (benc
 is called with "run" when the measured phase begins and "done" when the run has ended, so a
 caller can read CPU counters (a server's, its own) over exactly the measured phase; ``on_stream``
 gets, for each successful measured stream, the arrival times of its content events (kept only
-when the hook is given), for checks on pacing and bunching.
+when the hook is given), for checks on pacing and bunching; ``on_stamped`` gets them with the
+``x_sent_ns`` stamps a stamping mock put in those events (``edgegw.bench.mock``; -1 where an
+event had none), so the gap a relay added can be told from the gap the mock made.
 
 Longer than the guide because the closed and open loops, the connection and the histograms
 are one measuring instrument: split, their costs would no longer be read in one place.
@@ -76,6 +78,7 @@ MAX_US = 3_600_000_000
 # in the text cannot match either.
 _CONTENT = re.compile(rb'"(?:content|text)":\s*"[^"]')
 _COMPLETION_TOKENS = re.compile(rb'"completion_tokens":\s*(\d+)')
+_SENT_NS = re.compile(rb'^\{"x_sent_ns":(\d+)')  # the stamping mock's first member
 
 _SUB_BITS = 7  # 128 buckets per power of two above 256 µs: each under 0.8 % wide
 _EXACT = 2 << _SUB_BITS  # below 256 µs every microsecond has its own bucket
@@ -209,11 +212,12 @@ class _Exchange:
 
     __slots__ = (
         "status", "fault", "first", "last", "events", "content", "done", "usage_tokens", "body",
-        "times",
+        "times", "sent",
     )  # fmt: skip
 
-    def __init__(self, times: list[float] | None) -> None:
+    def __init__(self, times: list[float] | None, sent: list[int] | None = None) -> None:
         self.times = times  # arrival times of the content events, when someone wants them
+        self.sent = sent  # their x_sent_ns stamps (-1: none), when someone wants them
         self.status = 0
         self.done = False
         self.fault: str | None = None
@@ -241,7 +245,8 @@ class Load:
 
     ``on_phase("run")`` is called when the measured phase begins, ``on_phase("done")`` when
     the run has ended; ``on_stream(times)`` with each successful measured stream's content
-    event arrival times (trio clock)."""
+    event arrival times (trio clock); ``on_stamped(times, sent)`` with those and the events'
+    ``x_sent_ns`` stamps (time.perf_counter_ns of the mock's write; -1 where absent)."""
 
     def __init__(
         self,
@@ -249,10 +254,12 @@ class Load:
         *,
         on_phase: Callable[[str], object] | None = None,
         on_stream: Callable[[list[float]], object] | None = None,
+        on_stamped: Callable[[list[float], list[int]], object] | None = None,
     ) -> None:
         self.spec = spec
         self._on_phase = on_phase
         self._on_stream = on_stream
+        self._on_stamped = on_stamped
         self.warmup = Stats()
         self.measured = Stats()
         self.connections_opened = 0
@@ -273,6 +280,14 @@ class Load:
         """Measured time: from the end of the warm-up to the last request's end."""
         finish = self.finished if self.finished is not None else trio.current_time()
         return max(0.0, finish - self.measure_start)
+
+    @property
+    def in_flight(self) -> int:
+        """Open loop: requests sent and not yet answered whole (a stream: not yet ended);
+        closed loop: the connection tasks, each always in a request or about to send one."""
+        if self.spec.rate is None:
+            return len(self._connections)
+        return self._workers - self._idle
 
     def phase(self) -> str:
         if self.finished is not None:
@@ -414,7 +429,10 @@ class Load:
                 return
         kind: str | None = None
         reusable = False
-        ex = _Exchange([] if self._on_stream is not None and spec.stream else None)
+        hooked = spec.stream and (self._on_stream is not None or self._on_stamped is not None)
+        ex = _Exchange(
+            [] if hooked else None, [] if hooked and self._on_stamped is not None else None
+        )
         conn.deadline = deadline  # the watchdog's from here
         try:
             reusable = await self._exchange(stream, ex, stats)
@@ -506,6 +524,9 @@ class Load:
                                 ex.first = now
                             if ex.times is not None:
                                 ex.times.append(now)
+                                if ex.sent is not None:
+                                    m = _SENT_NS.match(payload)
+                                    ex.sent.append(int(m[1]) if m else -1)
                         if b'"completion_tokens"' in payload:
                             m = _COMPLETION_TOKENS.search(payload)
                             if m:
@@ -532,8 +553,11 @@ class Load:
         stats.latency.record(now - origin)
         if ex.first is not None:
             stats.ttft.record(ex.first - origin)
-        if ex.times is not None and stats is self.measured and self._on_stream is not None:
-            self._on_stream(ex.times)
+        if ex.times is not None and stats is self.measured:
+            if self._on_stream is not None:
+                self._on_stream(ex.times)
+            if self._on_stamped is not None and ex.sent is not None:
+                self._on_stamped(ex.times, ex.sent)
         if ex.usage_tokens is not None:
             stats.tokens += ex.usage_tokens
             stats.tokens_from_usage += 1

@@ -27,6 +27,14 @@ one set per prompt). Streams send, per choice, a role chunk (chat only), content
 ``choices: []`` if asked for (and ``"usage": null`` on every other chunk, as OpenAI does), then
 ``data: [DONE]``. With ``token_rate`` > 0 each content step first sleeps ``tokens / token_rate``.
 
+Shaped like a model (the LLM scenario of `edgegw bench`): ``first_token_s`` waits after the head
+and role chunks before the first content chunk (time to first token); ``jitter`` J spreads every
+later content step's sleep uniformly over [1 - J, 1 + J] times ``tokens / token_rate`` (seeded
+per stream, so runs repeat); ``stamp`` adds ``"x_sent_ns":<time.perf_counter_ns()>`` as the
+first member of every event's JSON, taken just before the event is written, so a client on the
+same machine can tell the relay's lag and the gap it added from the gap the mock made
+(CLOCK_MONOTONIC underneath, shared by every process on Linux).
+
 Scripted failures, chosen by the request's ``model``:
 
     mock-error-<status>          answer <status> (400..599) with an error envelope; 429 adds
@@ -60,6 +68,7 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -125,6 +134,9 @@ class MockConfig:
     error_rate: float = 0.0  # share of completions answered with error_status, deterministic
     error_status: int = 500
     api_key: str | None = None  # when set, require `Authorization: Bearer <key>` on /v1/
+    first_token_s: float = 0.0  # streams: after the head, before the first content chunk
+    jitter: float = 0.0  # streams: each later content sleep times uniform [1 - J, 1 + J]
+    stamp: bool = False  # streams: "x_sent_ns" (perf_counter_ns at the write) in every event
 
     def __post_init__(self) -> None:
         if not self.latency_s >= 0:
@@ -139,6 +151,22 @@ class MockConfig:
             raise ValueError("error_rate must be within [0, 1]")
         if not 400 <= self.error_status <= 599:
             raise ValueError("error_status must be within 400..599")
+        if not self.first_token_s >= 0:
+            raise ValueError("first_token_s must be >= 0")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter must be within [0, 1]")
+
+    @property
+    def nominal_ttft_s(self) -> float:
+        """When the first content chunk of a stream is due, from the request's arrival."""
+        step = self.chunk_tokens / self.token_rate if self.token_rate else 0.0
+        return self.latency_s + self.first_token_s + step
+
+    @property
+    def nominal_stream_s(self) -> float:
+        """How long a stream of `tokens` tokens lasts, head to [DONE] (jitter averages out)."""
+        rest = self.tokens / self.token_rate if self.token_rate else 0.0
+        return self.latency_s + self.first_token_s + rest
 
 
 @dataclass(frozen=True)
@@ -162,6 +190,10 @@ class _Sse:
     chunk_tokens: int
     token_rate: float
     break_after: int | None  # mock-break-after-<k>
+    first_token_s: float = 0.0
+    jitter: float = 0.0
+    seed: int = 0
+    stamp: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +361,10 @@ class MockUpstream:
                 config.chunk_tokens,
                 config.token_rate,
                 break_after,
+                config.first_token_s,
+                config.jitter,
+                self._served,
+                config.stamp,
             )
             return _Reply(200, delay_s=delay_s, hang=hang, sse=sse)
         choices = [
@@ -368,6 +404,8 @@ async def _send_reply(out: plainhttp.Responder, reply: _Reply) -> bool:
         if delay_s:
             due += delay_s
             await trio.sleep_until(due)
+        if sse.stamp and event.startswith(b"data: {"):
+            event = b'data: {"x_sent_ns":%d,%b' % (time.perf_counter_ns(), event[7:])
         await out.send_data(event)
     if sse.break_after is not None:
         return False
@@ -389,11 +427,16 @@ def _sse_events(sse: _Sse) -> Iterator[tuple[float, bytes]]:
                 0.0,
                 event([{"index": j, "delta": delta, "logprobs": None, "finish_reason": None}]),
             )
+    rng = random.Random(sse.seed) if sse.jitter else None
     for step, start in enumerate(range(0, sse.tokens, sse.chunk_tokens)):
         if step == sse.break_after:
             return
         stop = min(start + sse.chunk_tokens, sse.tokens)
         delay_s = (stop - start) / sse.token_rate if sse.token_rate else 0.0
+        if step == 0:
+            delay_s += sse.first_token_s
+        elif rng is not None:
+            delay_s *= 1 + sse.jitter * rng.uniform(-1.0, 1.0)
         for j in range(sse.n):
             text = _text(start, stop, j)
             choice = (
@@ -534,6 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--error-rate", type=float, default=0.0, help="share answered in error")
     parser.add_argument("--error-status", type=int, default=500)
     parser.add_argument("--api-key", default=None, help="require this bearer key on /v1/")
+    parser.add_argument("--first-token-ms", type=float, default=0.0, help="wait before token 1")
+    parser.add_argument("--jitter", type=float, default=0.0, help="token gap spread, 0..1")
+    parser.add_argument("--stamp", action="store_true", help='"x_sent_ns" in every event')
     ns = parser.parse_args(argv)
     try:
         config = MockConfig(
@@ -544,6 +590,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             error_rate=ns.error_rate,
             error_status=ns.error_status,
             api_key=ns.api_key,
+            first_token_s=ns.first_token_ms / 1000,
+            jitter=ns.jitter,
+            stamp=ns.stamp,
         )
     except ValueError as exc:
         parser.error(str(exc))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from edgegw.bench.llm import LlmSpec
 from edgegw.bench.mock import MockConfig
 
 DEFAULT_CONNECTIONS = 32  # closed loop (bench/README.md's throughput runs use 32)
@@ -30,6 +31,9 @@ class BenchOptions:
     compare_path: str | None = None
     progress: bool | None = None  # None: when stderr is a terminal
     api_key: str | None = None
+    scenario: str = "requests"  # or "llm": the step search of edgegw.bench.llm
+    llm: LlmSpec = LlmSpec()  # noqa: RUF009 (frozen)
+    target_pid: int | None = None  # llm: the process whose CPU and RSS are read
 
     @property
     def loop_connections(self) -> int:

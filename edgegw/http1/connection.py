@@ -110,6 +110,9 @@ class Connection:
                     return
                 if not await cycle.run():
                     return
+                # Waiting for the next request, the connection holds nothing of this one: the
+                # cycle (its scope, h11 state, buffers) and the head went with these names.
+                del cycle, head
                 self.kept_alive = True
         except Exception:
             log.exception("connection failed")  # a bug here ends this connection only
