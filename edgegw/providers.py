@@ -43,6 +43,10 @@ class Provider:
     # Top-level request members renamed on the way upstream, (from, to), unless the
     # request already has `to`: applied by the Rust core as it writes the body.
     renamed_fields: tuple[tuple[str, str], ...] = ()
+    # Whether the provider takes `stream_options.include_usage`: edgegw then asks for usage
+    # on every stream (the relay reads it, and withholds it from a client that did not ask),
+    # as inference-gateway forces it for every provider but cohere and mistral.
+    stream_usage: bool = True
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -66,6 +70,7 @@ PROVIDERS: dict[str, Provider] = {
             models_path="/v1/models?page_size=1000",
             models_shape="cohere",
             omit_fields=("stream_options",),
+            stream_usage=False,
         ),
         Provider("groq", "https://api.groq.com/openai/v1", "bearer"),
         Provider(
@@ -83,7 +88,13 @@ PROVIDERS: dict[str, Provider] = {
         Provider("ollama_cloud", "https://ollama.com/v1", "bearer"),
         Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
         Provider("deepseek", "https://api.deepseek.com", "bearer"),
-        Provider("mistral", "https://api.mistral.ai/v1", "bearer", omit_fields=("stream_options",)),
+        Provider(
+            "mistral",
+            "https://api.mistral.ai/v1",
+            "bearer",
+            omit_fields=("stream_options",),
+            stream_usage=False,
+        ),
         # MiniMax has deprecated `max_tokens` in favour of `max_completion_tokens`.
         Provider(
             "minimax",
@@ -100,6 +111,8 @@ PROVIDERS: dict[str, Provider] = {
             keyless=True,
             runtime_window="llamacpp",
         ),
+        # Z.AI (Zhipu GLM), as inference-gateway v0.48 has it.
+        Provider("zai", "https://api.z.ai/api/paas/v4", "bearer"),
     )
 }
 

@@ -2,7 +2,9 @@
 (`relay_sse`) or raw bytes (`relay_raw`, for /proxy), each inside `Exchanges.open()`.
 
 Remote streams are relayed as the upstream's bytes, unchanged, and only *tapped* through
-the Rust `SseSplitter` (usage, tool calls, `[DONE]`). An upstream error answer becomes the
+the Rust `SseSplitter` (usage, tool calls, `[DONE]`). The one exception: usage the gateway
+asked for and the client did not (`UpstreamRequest.hidden_usage`) is read and withheld, so
+a piece that carries it is written again from its events without it. An upstream error answer becomes the
 envelope with the upstream's status (`upstream_error`), or is relayed as sent on the
 native-API routes (`raw_errors`).
 """
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 import orjson
 import trio
 
-from edgegw._core import SseSplitter, UpstreamProtocolError
+from edgegw._core import SseEvent, SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
 from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers, fail, upstream_error
@@ -49,6 +51,8 @@ class UpstreamRequest:
     # Called with the upstream's answer head before anything is written to the client; it
     # may raise to refuse the answer (model routing then tries another deployment).
     screen: Callable[[Response], None] | None = None
+    # The gateway asked for stream usage the client did not ask for: tapped, not relayed.
+    hidden_usage: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +183,7 @@ class Exchanges:
                 ex.scope.deadline = float("inf")
                 await writer.start()
                 try:
-                    await self._pump(resp, writer, outcome, up.secret)
+                    await self._pump(resp, writer, outcome, up.secret, up.hidden_usage)
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")
@@ -190,7 +194,12 @@ class Exchanges:
         return outcome
 
     async def _pump(
-        self, resp: Response, writer: SseWriter, outcome: Outcome, secret: bytes | None
+        self,
+        resp: Response,
+        writer: SseWriter,
+        outcome: Outcome,
+        secret: bytes | None,
+        hidden_usage: bool = False,
     ) -> None:
         splitter = SseSplitter()
         idle = self.idle_timeout_s
@@ -208,8 +217,10 @@ class Exchanges:
                 break
             if not chunk:
                 continue
+            withheld = False
             try:
-                for event in splitter.feed(chunk):
+                events = splitter.feed(chunk)
+                for event in events:
                     outcome.events += 1
                     if event.is_done:
                         outcome.done = True
@@ -219,6 +230,7 @@ class Exchanges:
                         or b'"finish_reason":"' in event.data
                     ):
                         tap(event.data, outcome, "delta")
+                        withheld = withheld or (hidden_usage and _has_usage(event.data))
             except UpstreamProtocolError as e:
                 await writer.fail(e.code, str(e))
                 return
@@ -228,6 +240,8 @@ class Exchanges:
                 data, held = data[: len(data) - pending], data[len(data) - pending :]
             else:
                 held = b""
+            if withheld:
+                data = without_usage(events)
             if data:
                 # Whole events: a key quoted in one cannot be split across two sends.
                 await writer.write(scrub(data, secret))
@@ -366,6 +380,32 @@ async def _send_raw(
 def _has_usage(data: bytes) -> bool:
     # Many providers send `"usage":null` on every chunk; only a real object is worth parsing.
     return b'"usage":' in data and b'"usage":null' not in data
+
+
+def without_usage(events: list[SseEvent]) -> bytes:
+    """Whole events written again without the usage the client did not ask for: a chunk
+    that carries only usage (no choices) is dropped, a content chunk loses its `usage`."""
+    out = bytearray()
+    for event in events:
+        data = event.data
+        if not event.is_done and _has_usage(data):
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict):
+                if not doc.get("choices"):
+                    continue
+                del doc["usage"]
+                data = orjson.dumps(doc)
+        if event.event is not None:
+            out += b"event: " + event.event.encode() + b"\n"
+        if event.id is not None:
+            out += b"id: " + event.id.encode() + b"\n"
+        for line in data.split(b"\n"):
+            out += b"data: " + line + b"\n"
+        out += b"\n"
+    return bytes(out)
 
 
 def tap(data: bytes, outcome: Outcome, part: str) -> None:

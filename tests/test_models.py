@@ -63,6 +63,7 @@ ALL_IDS = [
     "nvidia/meta/llama-3.1-8b-instruct",
     "nvidia/upstage/solar-10.7b-instruct",
     "llamacpp/gemma-3-270m-it",
+    "zai/glm-4.6",
 ]
 PLAIN_KEYS = ["id", "object", "created", "owned_by", "served_by"]
 

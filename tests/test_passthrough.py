@@ -519,6 +519,7 @@ EXPECTED_CHAT = {
     "moonshot": ("/chat/completions", "authorization", "Bearer key-moonshot", None),
     "nvidia": ("/chat/completions", "authorization", "Bearer key-nvidia", None),
     "llamacpp": ("/chat/completions", "authorization", None, None),
+    "zai": ("/chat/completions", "authorization", "Bearer key-zai", None),
 }
 
 

@@ -12,7 +12,9 @@
      else the local refusal;
   4. remote: vision gate, fields the provider cannot honour (400 `unsupported_field`), the
      body written by the Rust core (model replaced, the provider's omitted and renamed
-     fields), forwarded or relayed with the provider's credentials (never the client's).
+     fields, `stream_options` dropped from a request that does not stream, usage asked for
+     on a stream whose client did not ask, withheld from it again by the relay), forwarded
+     or relayed with the provider's credentials (never the client's).
 With GUARDRAILS_ENABLED (edgegw.guardrails.check), `pre_call` runs after step 1 for every
 target (block: 403; redact: the redacted body is parsed again and is what goes on), and a
 remote non-streaming answer passes `post_call` before the client sees it; MCP tool calls
@@ -333,18 +335,27 @@ async def _remote(
     _refuse_unsupported(tuple(f for f in req.remote_unsupported if f not in drop), req.features)
     assert remote.model is not None
     offered = mcp_agent.offer(gw.mcp, call, req)
+    # OpenAI refuses stream_options on a request that does not stream.
+    omit = (*target.omit, *drop) if req.stream else (*target.omit, *drop, "stream_options")
+    # Usage is known for every stream: asked for when the client did not (the MCP loop
+    # writes its own stream and is left as it is).
+    ask_usage = (
+        req.stream and not req.include_usage and provider.stream_usage and offered is None
+    )
     up = UpstreamRequest(
         origin=target.origin,
         target=target.path(provider.chat_path if chat else provider.completions_path),
         headers=target.sse_headers if req.stream else target.json_headers,
         body=req.upstream_body(
             remote.model,
-            (*target.omit, *drop),
+            omit,
             rename=provider.renamed_fields,
             tools=None if offered is None else offered.json,
+            ask_usage=ask_usage,
         ),
         secret=target.secret,
         screen=screen,
+        hidden_usage=ask_usage,
     )
     inspect, tool_check = _guards(gw, call, req.model)
     if offered is not None:
