@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import orjson
+
 from edgegw.upstream import Origin
 
 AuthKind = Literal["bearer", "xheader", "none"]
@@ -47,6 +49,11 @@ class Provider:
     # on every stream (the relay reads it, and withholds it from a client that did not ask),
     # as inference-gateway forces it for every provider but cohere and mistral.
     stream_usage: bool = True
+    # The message members carrying a model's earlier reasoning that the provider takes back
+    # (`reasoning_content`: DeepSeek, Moonshot and Z.AI want it on tool-call turns of their
+    # thinking models; llama.cpp renders it into the chat template). The reference's other
+    # members (`reasoning_content`, `reasoning`) are removed from what is sent to it.
+    message_reasoning: tuple[str, ...] = ()
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -87,7 +94,12 @@ PROVIDERS: dict[str, Provider] = {
         Provider("ollama", "http://ollama:8080/v1", "none", keyless=True, runtime_window="ollama"),
         Provider("ollama_cloud", "https://ollama.com/v1", "bearer"),
         Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
-        Provider("deepseek", "https://api.deepseek.com", "bearer"),
+        Provider(
+            "deepseek",
+            "https://api.deepseek.com",
+            "bearer",
+            message_reasoning=("reasoning_content",),
+        ),
         Provider(
             "mistral",
             "https://api.mistral.ai/v1",
@@ -102,7 +114,12 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             renamed_fields=(("max_tokens", "max_completion_tokens"),),
         ),
-        Provider("moonshot", "https://api.moonshot.ai/v1", "bearer"),
+        Provider(
+            "moonshot",
+            "https://api.moonshot.ai/v1",
+            "bearer",
+            message_reasoning=("reasoning_content",),
+        ),
         Provider("nvidia", "https://integrate.api.nvidia.com/v1", "bearer"),
         Provider(
             "llamacpp",
@@ -110,11 +127,34 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             keyless=True,
             runtime_window="llamacpp",
+            message_reasoning=("reasoning_content",),
         ),
         # Z.AI (Zhipu GLM), as inference-gateway v0.48 has it.
-        Provider("zai", "https://api.z.ai/api/paas/v4", "bearer"),
+        Provider(
+            "zai",
+            "https://api.z.ai/api/paas/v4",
+            "bearer",
+            message_reasoning=("reasoning_content",),
+        ),
     )
 }
+
+
+# The reference's message members for a model's reasoning (its Message schema).
+REASONING_MEMBERS = ("reasoning_content", "reasoning")
+
+
+def without_reasoning(body: bytes, keep: tuple[str, ...]) -> bytes:
+    """A chat body whose messages lose the reasoning members not in `keep`. Only a request
+    that carries some is re-encoded (`ParsedRequest.has_reasoning`); any other is never
+    passed here."""
+    doc = orjson.loads(body)
+    for message in doc.get("messages") or ():
+        if isinstance(message, dict):
+            for member in REASONING_MEMBERS:
+                if member not in keep:
+                    message.pop(member, None)
+    return orjson.dumps(doc)
 
 
 def auth_headers(provider: Provider, key: str | None) -> list[tuple[bytes, bytes]]:

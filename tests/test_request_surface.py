@@ -92,6 +92,8 @@ def remote_env(echo: EchoUpstream, **extra: str) -> dict[str, str]:
         "OPENAI_API_KEY": "sk-up",
         "COHERE_API_URL": f"{base}/cohere",
         "COHERE_API_KEY": "co",
+        "DEEPSEEK_API_URL": f"{base}/deepseek",
+        "DEEPSEEK_API_KEY": "ds",
         "TELEMETRY_ENABLED": "true",
         **extra,
     }
@@ -260,10 +262,44 @@ CONVERSATION = [
 ]
 
 
-async def test_reasoning_members_reach_a_remote_provider(gw: Gateway, echo: EchoUpstream) -> None:
-    resp = await post(gw, {"model": "openai/gpt-5", "messages": CONVERSATION})
+def without(members: tuple[str, ...]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in m.items() if k not in members} for m in CONVERSATION]
+
+
+async def test_reasoning_members_reach_a_provider_that_takes_them(
+    gw: Gateway, echo: EchoUpstream
+) -> None:
+    body = {"model": "deepseek/deepseek-reasoner", "messages": CONVERSATION, "seed": 7}
+    resp = await post(gw, body)
     assert resp.status == 200, resp.body
-    assert arrived(echo)["messages"] == CONVERSATION
+    # DeepSeek takes reasoning_content back; the `reasoning` alias is not its own.
+    assert arrived(echo) == {
+        **body,
+        "model": "deepseek-reasoner",
+        "messages": without(("reasoning",)),
+    }
+
+
+async def test_reasoning_members_are_removed_for_a_provider_that_does_not(
+    gw: Gateway, echo: EchoUpstream
+) -> None:
+    body = {"model": "openai/gpt-5", "messages": CONVERSATION, "temperature": 0.25}
+    resp = await post(gw, body)
+    assert resp.status == 200, resp.body
+    assert arrived(echo) == {
+        **body,
+        "model": "gpt-5",
+        "messages": without(("reasoning", "reasoning_content")),
+    }
+
+
+async def test_a_body_without_reasoning_is_relayed_as_written(
+    gw: Gateway, echo: EchoUpstream
+) -> None:
+    raw = b'{"model":"openai/gpt-5","messages":[{"role":"user","content":"hi"}],"temperature":1e-1}'
+    resp = await request(gw.port, "POST", "/v1/chat/completions", raw)
+    assert resp.status == 200, resp.body
+    assert echo.seen[-1].body == raw.replace(b"openai/gpt-5", b"gpt-5")
 
 
 async def test_reasoning_members_are_accepted_for_a_local_model(

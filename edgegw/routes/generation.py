@@ -12,7 +12,8 @@
      else the local refusal;
   4. remote: vision gate, fields the provider cannot honour (400 `unsupported_field`), the
      body written by the Rust core (model replaced, the provider's omitted and renamed
-     fields, `stream_options` dropped from a request that does not stream, usage asked for
+     fields, `stream_options` dropped from a request that does not stream, earlier turns'
+     reasoning members kept only for a provider that takes them back, usage asked for
      on a stream whose client did not ask, withheld from it again by the relay), forwarded
      or relayed with the provider's credentials (never the client's).
 With GUARDRAILS_ENABLED (edgegw.guardrails.check), `pre_call` runs after step 1 for every
@@ -48,6 +49,7 @@ from edgegw.mcp import agent as mcp_agent
 from edgegw.mcp.models import LocalModel, RemoteModel
 from edgegw.mcp.state import ToolCheck
 from edgegw.mcp.tools import Offered
+from edgegw.providers import REASONING_MEMBERS, without_reasoning
 from edgegw.relay import Inspect, UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routing.config import LOCAL, Deployment
@@ -339,20 +341,22 @@ async def _remote(
     omit = (*target.omit, *drop) if req.stream else (*target.omit, *drop, "stream_options")
     # Usage is known for every stream: asked for when the client did not (the MCP loop
     # writes its own stream and is left as it is).
-    ask_usage = (
-        req.stream and not req.include_usage and provider.stream_usage and offered is None
+    ask_usage = req.stream and not req.include_usage and provider.stream_usage and offered is None
+    body = req.upstream_body(
+        remote.model,
+        omit,
+        rename=provider.renamed_fields,
+        tools=None if offered is None else offered.json,
+        ask_usage=ask_usage,
     )
+    if req.has_reasoning and provider.message_reasoning != REASONING_MEMBERS:
+        # Earlier turns' reasoning goes only to a provider that takes it back.
+        body = without_reasoning(body, provider.message_reasoning)
     up = UpstreamRequest(
         origin=target.origin,
         target=target.path(provider.chat_path if chat else provider.completions_path),
         headers=target.sse_headers if req.stream else target.json_headers,
-        body=req.upstream_body(
-            remote.model,
-            omit,
-            rename=provider.renamed_fields,
-            tools=None if offered is None else offered.json,
-            ask_usage=ask_usage,
-        ),
+        body=body,
         secret=target.secret,
         screen=screen,
         hidden_usage=ask_usage,

@@ -133,6 +133,10 @@ mod binding {
             self.inner.has_images
         }
         #[getter]
+        fn has_reasoning(&self) -> bool {
+            self.inner.has_reasoning
+        }
+        #[getter]
         fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
             PyTuple::new(py, &self.inner.fields)
         }

@@ -251,6 +251,8 @@ pub struct Parsed {
     /// `max_completion_tokens`, else `max_tokens`, when the client set one.
     pub max_tokens: Option<u32>,
     pub has_images: bool,
+    /// Whether a message carries `reasoning_content` or `reasoning` (null included).
+    pub has_reasoning: bool,
     /// Top-level fields present with a non-null value, sorted (what a target must honour).
     pub fields: Vec<&'static str>,
     /// Value-level extensions a target must also honour (`response_format.regex`, ...).
@@ -451,6 +453,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         best_of: None,
         max_tokens: None,
         has_images: false,
+        has_reasoning: false,
         fields: Vec::new(),
         features: Vec::new(),
         remote_unsupported: Vec::new(),
@@ -509,6 +512,12 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
                 ));
             }
         }
+    }
+
+    if let Some(Value::Array(messages)) = get("messages") {
+        p.has_reasoning = messages
+            .iter()
+            .any(|m| m.get("reasoning_content").is_some() || m.get("reasoning").is_some());
     }
 
     // 3. Any other field this endpoint does not take; the alphabetically first is reported.
@@ -1947,7 +1956,8 @@ mod tests {
         assert!(chat(&tools(64)).unwrap().local_fault.is_none());
         // The reference's reasoning members, on any message.
         let p = parse(r#""messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a","reasoning_content":"r","reasoning":null}]"#).unwrap();
-        assert!(p.local_fault.is_none());
+        assert!(p.local_fault.is_none() && p.has_reasoning);
+        assert!(!chat("").unwrap().has_reasoning);
         let e =
             parse(r#""messages":[{"role":"assistant","content":"a","reasoning":5}]"#).unwrap_err();
         assert_eq!(
