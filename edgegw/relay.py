@@ -17,20 +17,18 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import orjson
 import trio
 
-from edgegw._core import SseEvent, SseSplitter, UpstreamProtocolError
+from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
 from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
+from edgegw.tap import has_usage, tap, without_usage
 from edgegw.upstream import Origin, Response, UpstreamPool
 
 log = logging.getLogger("edgegw.streaming")
 
-# Finish reasons kept per answer (one per choice; `n` is bounded by the providers).
-MAX_FINISH_REASONS = 128
 # Largest upstream error body read before answering (the rest is not needed).
 MAX_ERROR_BODY = 1 << 20
 # A look at a whole 2xx answer before the client gets it: (the body to send, headers to
@@ -226,12 +224,12 @@ class Exchanges:
                     if event.is_done:
                         outcome.done = True
                     elif (
-                        _has_usage(event.data)
+                        has_usage(event.data)
                         or b'"tool_calls"' in event.data
                         or b'"finish_reason":"' in event.data
                     ):
                         tap(event.data, outcome, "delta")
-                        withheld = withheld or (hidden_usage and _has_usage(event.data))
+                        withheld = withheld or (hidden_usage and has_usage(event.data))
             except UpstreamProtocolError as e:
                 await writer.fail(e.code, str(e))
                 return
@@ -376,71 +374,6 @@ async def _send_raw(
     keep = [(k, v) for k, v in headers if k in (b"content-type", b"retry-after")]
     keep.append((b"content-length", b"%d" % len(payload)))
     await call.respond(status, keep, payload)
-
-
-def _has_usage(data: bytes) -> bool:
-    # Many providers send `"usage":null` on every chunk; only a real object is worth parsing.
-    return b'"usage":' in data and b'"usage":null' not in data
-
-
-def without_usage(events: list[SseEvent]) -> bytes:
-    """Whole events written again without the usage the client did not ask for: a chunk
-    that carries only usage (no choices) is dropped, a content chunk loses its `usage`."""
-    out = bytearray()
-    for event in events:
-        data = event.data
-        if not event.is_done and _has_usage(data):
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                doc = None
-            if isinstance(doc, dict):
-                if not doc.get("choices"):
-                    continue
-                del doc["usage"]
-                data = orjson.dumps(doc)
-        if event.event is not None:
-            out += b"event: " + event.event.encode() + b"\n"
-        if event.id is not None:
-            out += b"id: " + event.id.encode() + b"\n"
-        for line in data.split(b"\n"):
-            out += b"data: " + line + b"\n"
-        out += b"\n"
-    return bytes(out)
-
-
-def tap(data: bytes, outcome: Outcome, part: str) -> None:
-    """Usage and tool-call names from a stream chunk (`part` "delta") or a whole
-    non-streaming answer (`part` "message")."""
-    try:
-        doc = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return
-    if not isinstance(doc, dict):
-        return
-    usage = doc.get("usage")
-    if isinstance(usage, dict):
-        outcome.usage = usage
-    model = doc.get("model")
-    if isinstance(model, str):
-        outcome.response_model = model
-    for choice in doc.get("choices") or ():
-        if not isinstance(choice, dict):
-            continue
-        _collect_tool_calls(choice.get(part), outcome)
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and len(outcome.finish_reasons) < MAX_FINISH_REASONS:
-            outcome.finish_reasons.append(reason)
-
-
-def _collect_tool_calls(message: object, outcome: Outcome) -> None:
-    if not isinstance(message, dict):
-        return
-    for call in message.get("tool_calls") or ():
-        function = call.get("function") if isinstance(call, dict) else None
-        name = function.get("name") if isinstance(function, dict) else None
-        if isinstance(name, str) and name:  # streamed calls name the function once
-            outcome.tool_calls.append(name)
 
 
 async def _error_body(resp: Response, secret: bytes | None, budget: BufferBudget) -> bytes:
