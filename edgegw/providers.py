@@ -12,6 +12,7 @@ from typing import Literal
 
 import orjson
 
+from edgegw._core import ParsedRequest
 from edgegw.upstream import Origin
 
 AuthKind = Literal["bearer", "xheader", "none"]
@@ -155,6 +156,27 @@ def without_reasoning(body: bytes, keep: tuple[str, ...]) -> bytes:
                 if member not in keep:
                     message.pop(member, None)
     return orjson.dumps(doc)
+
+
+def provider_body(
+    req: ParsedRequest, target: Target, model: str, drop: tuple[str, ...], tools: bytes | None
+) -> tuple[bytes, bool]:
+    """A chat or completions body as `target` takes it, and whether edgegw asked for stream
+    usage the client did not (the relay then withholds it). `drop`: fields left out (a local
+    model's fallback); `tools`: the MCP tools added (their loop writes its own stream, so
+    usage is not asked for)."""
+    provider = target.provider
+    # OpenAI refuses stream_options on a request that does not stream.
+    omit = (*target.omit, *drop) if req.stream else (*target.omit, *drop, "stream_options")
+    # Usage is known for every stream: asked for when the client did not.
+    ask = req.stream and not req.include_usage and provider.stream_usage and tools is None
+    body = req.upstream_body(
+        model, omit, rename=provider.renamed_fields, tools=tools, ask_usage=ask
+    )
+    if req.has_reasoning and provider.message_reasoning != REASONING_MEMBERS:
+        # Earlier turns' reasoning goes only to a provider that takes it back.
+        body = without_reasoning(body, provider.message_reasoning)
+    return body, ask
 
 
 def auth_headers(provider: Provider, key: str | None) -> list[tuple[bytes, bytes]]:

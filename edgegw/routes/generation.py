@@ -49,7 +49,7 @@ from edgegw.mcp import agent as mcp_agent
 from edgegw.mcp.models import LocalModel, RemoteModel
 from edgegw.mcp.state import ToolCheck
 from edgegw.mcp.tools import Offered
-from edgegw.providers import REASONING_MEMBERS, without_reasoning
+from edgegw.providers import provider_body
 from edgegw.relay import Inspect, UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routing.config import LOCAL, Deployment
@@ -337,21 +337,9 @@ async def _remote(
     _refuse_unsupported(tuple(f for f in req.remote_unsupported if f not in drop), req.features)
     assert remote.model is not None
     offered = mcp_agent.offer(gw.mcp, call, req)
-    # OpenAI refuses stream_options on a request that does not stream.
-    omit = (*target.omit, *drop) if req.stream else (*target.omit, *drop, "stream_options")
-    # Usage is known for every stream: asked for when the client did not (the MCP loop
-    # writes its own stream and is left as it is).
-    ask_usage = req.stream and not req.include_usage and provider.stream_usage and offered is None
-    body = req.upstream_body(
-        remote.model,
-        omit,
-        rename=provider.renamed_fields,
-        tools=None if offered is None else offered.json,
-        ask_usage=ask_usage,
+    body, ask_usage = provider_body(
+        req, target, remote.model, drop, None if offered is None else offered.json
     )
-    if req.has_reasoning and provider.message_reasoning != REASONING_MEMBERS:
-        # Earlier turns' reasoning goes only to a provider that takes it back.
-        body = without_reasoning(body, provider.message_reasoning)
     up = UpstreamRequest(
         origin=target.origin,
         target=target.path(provider.chat_path if chat else provider.completions_path),
