@@ -25,7 +25,7 @@ from edgegw._core import parse_chat_request
 from edgegw.exchange import Outcome
 from edgegw.mcp.state import refuse_prefixed
 from edgegw.mcp.tools import McpTool, Offered
-from edgegw.relay import tap
+from edgegw.tap import tap
 
 ROUNDS = 7
 CALLS = 5_000

@@ -70,21 +70,30 @@ class ParsedRequest:
     def max_tokens(self) -> int | None: ...
     @property
     def has_images(self) -> bool: ...
+    # A message carries `reasoning_content` or `reasoning` (null included).
+    @property
+    def has_reasoning(self) -> bool: ...
     @property
     def fields(self) -> tuple[str, ...]: ...
     @property
     def features(self) -> tuple[str, ...]: ...
     # Of `fields`: those a remote OpenAI-compatible provider cannot honour (SIE extensions),
-    # and those a local worker cannot (reasoning_*). Sorted. `features` are refused apart.
+    # and those a local worker cannot (OpenAI fields outside the SIE contract). Sorted.
+    # `features` are refused apart.
     @property
     def remote_unsupported(self) -> tuple[str, ...]: ...
     @property
     def local_unsupported(self) -> tuple[str, ...]: ...
+    # The first value the SIE contract refuses where OpenAI's schema accepts it (65 tools, a
+    # custom tool, an audio part, ...), for a local target to raise; None when there is none.
+    @property
+    def local_rejection(self) -> RequestError | None: ...
     @property
     def tool_names(self) -> tuple[str, ...]: ...
     @property
     def body(self) -> bytes: ...
     # `tools`: tool objects' JSON, comma-separated, appended to the body's `tools` array.
+    # `ask_usage`: a stream that did not ask for usage asks for it.
     def upstream_body(
         self,
         model: str,
@@ -92,6 +101,7 @@ class ParsedRequest:
         *,
         rename: Sequence[tuple[str, str]] = ...,
         tools: bytes | None = ...,
+        ask_usage: bool = ...,
     ) -> bytes: ...
 
 def parse_chat_request(body: bytes) -> ParsedRequest: ...

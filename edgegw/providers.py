@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+import orjson
+
+from edgegw._core import ParsedRequest
 from edgegw.upstream import Origin
 
 AuthKind = Literal["bearer", "xheader", "none"]
@@ -43,6 +46,15 @@ class Provider:
     # Top-level request members renamed on the way upstream, (from, to), unless the
     # request already has `to`: applied by the Rust core as it writes the body.
     renamed_fields: tuple[tuple[str, str], ...] = ()
+    # Whether the provider takes `stream_options.include_usage`: edgegw then asks for usage
+    # on every stream (the relay reads it, and withholds it from a client that did not ask),
+    # as inference-gateway forces it for every provider but cohere and mistral.
+    stream_usage: bool = True
+    # The message members carrying a model's earlier reasoning that the provider takes back
+    # (`reasoning_content`: DeepSeek, Moonshot and Z.AI want it on tool-call turns of their
+    # thinking models; llama.cpp renders it into the chat template). The reference's other
+    # members (`reasoning_content`, `reasoning`) are removed from what is sent to it.
+    message_reasoning: tuple[str, ...] = ()
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -66,6 +78,7 @@ PROVIDERS: dict[str, Provider] = {
             models_path="/v1/models?page_size=1000",
             models_shape="cohere",
             omit_fields=("stream_options",),
+            stream_usage=False,
         ),
         Provider("groq", "https://api.groq.com/openai/v1", "bearer"),
         Provider(
@@ -82,8 +95,19 @@ PROVIDERS: dict[str, Provider] = {
         Provider("ollama", "http://ollama:8080/v1", "none", keyless=True, runtime_window="ollama"),
         Provider("ollama_cloud", "https://ollama.com/v1", "bearer"),
         Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
-        Provider("deepseek", "https://api.deepseek.com", "bearer"),
-        Provider("mistral", "https://api.mistral.ai/v1", "bearer", omit_fields=("stream_options",)),
+        Provider(
+            "deepseek",
+            "https://api.deepseek.com",
+            "bearer",
+            message_reasoning=("reasoning_content",),
+        ),
+        Provider(
+            "mistral",
+            "https://api.mistral.ai/v1",
+            "bearer",
+            omit_fields=("stream_options",),
+            stream_usage=False,
+        ),
         # MiniMax has deprecated `max_tokens` in favour of `max_completion_tokens`.
         Provider(
             "minimax",
@@ -91,7 +115,12 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             renamed_fields=(("max_tokens", "max_completion_tokens"),),
         ),
-        Provider("moonshot", "https://api.moonshot.ai/v1", "bearer"),
+        Provider(
+            "moonshot",
+            "https://api.moonshot.ai/v1",
+            "bearer",
+            message_reasoning=("reasoning_content",),
+        ),
         Provider("nvidia", "https://integrate.api.nvidia.com/v1", "bearer"),
         Provider(
             "llamacpp",
@@ -99,9 +128,55 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             keyless=True,
             runtime_window="llamacpp",
+            message_reasoning=("reasoning_content",),
+        ),
+        # Z.AI (Zhipu GLM), as inference-gateway v0.48 has it.
+        Provider(
+            "zai",
+            "https://api.z.ai/api/paas/v4",
+            "bearer",
+            message_reasoning=("reasoning_content",),
         ),
     )
 }
+
+
+# The reference's message members for a model's reasoning (its Message schema).
+REASONING_MEMBERS = ("reasoning_content", "reasoning")
+
+
+def without_reasoning(body: bytes, keep: tuple[str, ...]) -> bytes:
+    """A chat body whose messages lose the reasoning members not in `keep`. Only a request
+    that carries some is re-encoded (`ParsedRequest.has_reasoning`); any other is never
+    passed here."""
+    doc = orjson.loads(body)
+    for message in doc.get("messages") or ():
+        if isinstance(message, dict):
+            for member in REASONING_MEMBERS:
+                if member not in keep:
+                    message.pop(member, None)
+    return orjson.dumps(doc)
+
+
+def provider_body(
+    req: ParsedRequest, target: Target, model: str, drop: tuple[str, ...], tools: bytes | None
+) -> tuple[bytes, bool]:
+    """A chat or completions body as `target` takes it, and whether edgegw asked for stream
+    usage the client did not (the relay then withholds it). `drop`: fields left out (a local
+    model's fallback); `tools`: the MCP tools added (their loop writes its own stream, so
+    usage is not asked for)."""
+    provider = target.provider
+    # OpenAI refuses stream_options on a request that does not stream.
+    omit = (*target.omit, *drop) if req.stream else (*target.omit, *drop, "stream_options")
+    # Usage is known for every stream: asked for when the client did not.
+    ask = req.stream and not req.include_usage and provider.stream_usage and tools is None
+    body = req.upstream_body(
+        model, omit, rename=provider.renamed_fields, tools=tools, ask_usage=ask
+    )
+    if req.has_reasoning and provider.message_reasoning != REASONING_MEMBERS:
+        # Earlier turns' reasoning goes only to a provider that takes it back.
+        body = without_reasoning(body, provider.message_reasoning)
+    return body, ask
 
 
 def auth_headers(provider: Provider, key: str | None) -> list[tuple[bytes, bytes]]:

@@ -1,4 +1,4 @@
-"""A scriptable fake of the fourteen providers' model-list APIs: edgegw/plainhttp.py on loopback.
+"""A scriptable fake of the fifteen providers' model-list APIs: edgegw/plainhttp.py on loopback.
 
 One server plays every provider, each under its own path prefix: `fake.env(...)` points
 `<ID>_API_URL` at `http://127.0.0.1:<port>/<id><the provider's real base path>` and sets a
@@ -8,7 +8,8 @@ plus `anthropic-version`, or nothing at all (Ollama). Anything else is a 401, so
 the gateway addresses wrongly drops out of the list and the test sees it.
 
     openai, groq, deepseek, google, mistral, minimax, moonshot, nvidia, ollama,
-    ollama_cloud, llamacpp   GET .../models      {"object": "list", "data": [...]}
+    ollama_cloud, llamacpp, zai
+                             GET .../models      {"object": "list", "data": [...]}
     anthropic                GET /v1/models      {"data", "has_more", "first_id", "last_id"},
                                                  paged by ?limit= and ?after_id=
     cohere                   GET /v1/models      {"models": [...], "next_page_token"},
@@ -55,6 +56,7 @@ LAYOUTS: dict[str, tuple[str, str, str]] = {
     "moonshot": ("/v1", "/models", "bearer"),
     "nvidia": ("/v1", "/models", "bearer"),
     "llamacpp": ("/v1", "/models", "bearer"),
+    "zai": ("/api/paas/v4", "/models", "bearer"),
 }
 
 
@@ -128,6 +130,7 @@ def default_models() -> dict[str, list[dict[str, Any]]]:
             owned_by="llamacpp",
             meta={"n_ctx_train": 32_768, "n_ctx": 8_192, "n_params": 268_098_176},
         ),
+        "zai": _models(["glm-4.6"], owned_by="z-ai"),
     }
 
 

@@ -3,7 +3,9 @@
 Each table row is one body (a small valid base request with overrides, or raw bytes for the
 strict-JSON rules) and either "accepted" or the rejection it must produce.  A rejection is
 checked by status, code and param, never by message text.  Every accepted body is also checked
-for ``.model``, ``.stream``, ``.fields`` and the ``upstream_body`` round trip.
+for ``.model``, ``.stream``, ``.fields`` and the ``upstream_body`` round trip.  A third kind
+of row is accepted by OpenAI's schema and refused by the SIE contract: the parser accepts it
+and ``.local_rejection`` carries the refusal a local target answers.
 """
 
 from __future__ import annotations
@@ -32,9 +34,6 @@ COMPLETIONS_BASE: dict[str, Any] = {"model": "m", "prompt": "Say hi"}
 # Routing hints: accepted with any value, but a non-string value is ignored (not a field, not
 # forwarded).
 STRING_ONLY_HINTS = ("prompt_cache_key", "routing_key")
-# Accepted and never forwarded (spec: "Accepted and silently ignored (never logged, never
-# forwarded)"), so not a field either.
-NEVER_FORWARDED = ("safety_identifier",)
 
 IMAGE = "data:image/png;base64,iVBORw0KGgo="
 TOOL = {"type": "function", "function": {"name": "get_weather"}}
@@ -49,6 +48,26 @@ FULL_TOOL = {
 }
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
 NAMED_CHOICE = {"type": "function", "function": {"name": "get_weather"}}
+CUSTOM_TOOL = {"type": "custom", "custom": {"name": "sql", "description": "Run SQL"}}
+# OpenAI fields outside the SIE contract, one valid value each: accepted, and in
+# local_unsupported (a remote provider gets them as sent).
+OPENAI_ONLY: dict[str, Any] = {
+    "store": False,
+    "metadata": {"a": "b"},
+    "service_tier": "auto",
+    "modalities": ["text"],
+    "audio": {"voice": "alloy", "format": "wav"},
+    "prediction": {"type": "content", "content": "x"},
+    "web_search_options": {"search_context_size": "low"},
+    "verbosity": "low",
+    "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"ttl": "1h"},
+    "moderation": {"model": "omni-moderation-latest"},
+    "functions": [{"name": "f"}],
+    "function_call": "auto",
+    "reasoning_effort": "low",
+    "reasoning_format": "parsed",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -93,8 +112,6 @@ def value_cases(rules: dict[str, tuple[list[Any], list[Any]]]) -> tuple[list[Any
 
 def ignored(key: str, value: Any) -> bool:
     """A member that is accepted but neither a field nor forwarded upstream."""
-    if key in NEVER_FORWARDED:
-        return True
     return key in STRING_ONLY_HINTS and value is not None and not isinstance(value, str)
 
 
@@ -185,11 +202,30 @@ CHAT_VALUE_RULES: dict[str, tuple[list[Any], list[Any]]] = {
     "lora_adapter": (["my-adapter"], ["", 5, [], True]),
     "user": (["user-1", ""], [5, {}, True]),
     "safety_identifier": (["sid", ""], [5, []]),
+    "store": ([True, False], ["yes", 1]),
+    "metadata": (
+        [{}, {"a": "b"}, {f"k{i}": "v" for i in range(16)}],
+        [[], "x", {"a": 1}, {f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"a": "v" * 513}],
+    ),
+    "service_tier": (["auto", "default", "flex", "scale", "priority", "fast"], ["cheap", 1]),
+    "modalities": ([[], ["text"], ["text", "audio"]], [["video"], "text", [1]]),
+    "audio": ([{"voice": "alloy", "format": "wav"}], ["alloy", []]),
+    "prediction": ([{"type": "content", "content": "x"}], ["x", [1]]),
+    "web_search_options": ([{}, {"search_context_size": "low"}], ["low", True]),
+    "verbosity": (["low", "medium", "high"], ["loud", 1]),
+    "prompt_cache_retention": (["in_memory", "24h"], ["1h", 24]),
+    "prompt_cache_options": ([{"ttl": "1h"}], ["1h"]),
+    "moderation": ([{"model": "omni-moderation-latest"}], ["x"]),
+    "functions": (
+        [[{"name": "f"}], [{"name": "f", "parameters": {}}]],
+        [[], [{}], "f", [{"name": ""}]],
+    ),
+    "function_call": (["none", "auto", {"name": "f"}], ["required", 1, {}]),
     "logprobs": ([True, False], [1, 0, "true"]),
     "parallel_tool_calls": ([True, False], ["false", 0]),
     "reasoning_effort": (
-        ["none", "minimal", "low", "medium", "high", "xhigh"],
-        ["max", "", "HIGH", 5],
+        ["none", "minimal", "low", "medium", "high", "xhigh", "max"],
+        ["", "HIGH", 5],
     ),
     "reasoning_format": (["raw", "parsed", "hidden"], ["summary", "", 1]),
     "prompt_cache_key": (["key-1", "", 5, {"a": 1}, [1], True], []),
@@ -206,7 +242,9 @@ CHAT_OPTIONAL_FIELDS = [
     "best_of", "lora_adapter", "user", "safety_identifier", "seed", "logprobs", "top_logprobs",
     "logit_bias", "prompt_cache_key", "routing_key", "response_format", "stream",
     "stream_options", "tools", "tool_choice", "parallel_tool_calls", "reasoning_effort",
-    "reasoning_format",
+    "reasoning_format", "store", "metadata", "service_tier", "modalities", "audio", "prediction",
+    "web_search_options", "verbosity", "prompt_cache_retention", "prompt_cache_options",
+    "moderation", "functions", "function_call",
 ]  # fmt: skip
 
 _chat_value_ok, _chat_value_bad = value_cases(CHAT_VALUE_RULES)
@@ -253,6 +291,7 @@ CHAT_ACCEPTED = [
     ok("stream_options-include_usage-true", stream_options={"include_usage": True}, stream=True),
     ok("stream_options-include_usage-false", stream_options={"include_usage": False}, stream=True),
     ok("stream_options-with-stream-false", stream_options={"include_usage": True}, stream=False),
+    ok("stream_options-include_obfuscation", stream_options={"include_usage": True, "include_obfuscation": False}, stream=True),
     # tools / tool_choice
     ok("tools-one", tools=[TOOL]),
     ok("tools-full", tools=[FULL_TOOL]),
@@ -268,22 +307,17 @@ CHAT_ACCEPTED = [
     ok("tool_choice-named+text", tools=[TOOL], tool_choice=NAMED_CHOICE, response_format={"type": "text"}),
     ok("tool_choice-null-without-tools", tool_choice=None),
     ok("parallel_tool_calls-with-tools", tools=[TOOL], parallel_tool_calls=False),
+    ok("tools-128", tools=[{"type": "function", "function": {"name": f"f{i}"}} for i in range(128)]),
+    ok("tools-custom", tools=[CUSTOM_TOOL]),
+    ok("tool_choice-custom", tools=[CUSTOM_TOOL], tool_choice={"type": "custom", "custom": {"name": "sql"}}),
+    ok("tool_choice-allowed_tools", tools=[TOOL], tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [NAMED_CHOICE]}}),
+    ok("tool_choice-required+json_object", tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}),
+    *[ok(f"openai-{key}", **{key: value}) for key, value in OPENAI_ONLY.items()],
 ]  # fmt: skip
 
 # ---------------------------------------------------------------------------------------------
 # chat: rejected bodies (top level)
 
-EXPLICITLY_REJECTED = {
-    "functions": [{"name": "f"}],
-    "function_call": "auto",
-    "modalities": ["text"],
-    "audio": {"voice": "alloy", "format": "wav"},
-    "metadata": {"a": "b"},
-    "store": False,
-    "service_tier": "auto",
-    "prediction": {"type": "content", "content": "x"},
-    "verbosity": "low",
-}
 
 CHAT_REJECTED = [
     # required fields
@@ -349,7 +383,11 @@ CHAT_REJECTED = [
     bad("stream_options-include_usage-int", INV, "stream_options.include_usage", stream_options={"include_usage": 1}),
     # tools
     bad("tools-empty", INV, "tools", tools=[]),
-    bad("tools-65", INV, "tools", tools=[{"type": "function", "function": {"name": f"f{i}"}} for i in range(65)]),
+    bad("tools-129", INV, "tools", tools=[{"type": "function", "function": {"name": f"f{i}"}} for i in range(129)]),
+    bad("tools-custom-no-name", INV, "tools[0].custom.name", tools=[{"type": "custom", "custom": {}}]),
+    bad("tools-custom-unknown-key", UNS, "tools[0].custom.x", tools=[{"type": "custom", "custom": {"name": "c", "x": 1}}]),
+    bad("tool_choice-custom-unnamed", INV, "tool_choice", tools=[CUSTOM_TOOL], tool_choice={"type": "custom"}),
+    bad("stream_options-include_obfuscation-string", INV, "stream_options.include_obfuscation", stream_options={"include_obfuscation": "no"}),
     bad("tools-entry-number", INV, "tools[0]", tools=[5]),
     bad("tools-type-missing", INV, "tools[0].type", tools=[{"function": {"name": "f"}}]),
     bad("tools-type-retrieval", INV, "tools[0].type", tools=[{"type": "retrieval", "function": {"name": "f"}}]),
@@ -370,13 +408,7 @@ CHAT_REJECTED = [
     bad("tool_choice-tools-null", INV, "tool_choice", tool_choice="auto", tools=None),
     bad("tool_choice-any", INV, "tool_choice", tools=[TOOL], tool_choice="any"),
     bad("tool_choice-number", INV, "tool_choice", tools=[TOOL], tool_choice=5),
-    bad("tool_choice-required+json_object", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}),
-    bad("tool_choice-required+json_schema", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
-    bad("tool_choice-required+regex", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "regex", "regex": "a"}),
-    bad("tool_choice-required+grammar", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "grammar", "grammar": "g"}),
-    bad("tool_choice-named+json_object", INV, "tool_choice", tools=[TOOL], tool_choice=NAMED_CHOICE, response_format={"type": "json_object"}),
-    # explicitly rejected and unknown keys
-    *[bad(f"rejected-{key}", UNS, key, **{key: value}) for key, value in EXPLICITLY_REJECTED.items()],
+    # unknown keys
     bad("unknown-foo", UNS, "foo", foo=1),
     bad("unknown-case-sensitive", UNS, "Model", Model="m"),
     bad("unknown-prompt", UNS, "prompt", prompt="x"),
@@ -385,9 +417,8 @@ CHAT_REJECTED = [
     bad("unknown-empty-key", UNS, "", **{"": 1}),
     # which error wins
     bad("unknown-alphabetical", UNS, "aaa", zzz=1, aaa=1),
-    bad("unknown-alphabetical-rejected-list", UNS, "metadata", zzz=1, metadata={}),
-    # the names refused explicitly are reported before other unknown keys (SIE order, notes 0.7)
-    bad("rejected-name-before-unknown", UNS, "store", store=True, aaa=1),
+    bad("unknown-beside-openai-fields", UNS, "zzz", zzz=1, metadata={}),
+    bad("unknown-beside-store", UNS, "aaa", store=True, aaa=1),
     bad("typed-check-before-unknown", INV, "temperature", temperature=-1, foo=1),
     bad("typed-check-before-unknown-n", INV, "n", n=0, aaa=1),
     bad("messages-check-before-unknown", UNS, "messages[0].content", zzz=1, messages=[{"role": "user", "content": 5}]),
@@ -434,6 +465,10 @@ MESSAGES_ACCEPTED = [
     ok("tool_calls-two", messages=[USER, assistant(tool_calls=[CALL, {**CALL, "id": "call_2"}])]),
     ok("tool_calls-null-with-content", messages=[USER, assistant(content="hi", tool_calls=None)]),
     ok("tool-message", messages=[USER, assistant(tool_calls=[CALL]), {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]),
+    ok("reasoning_content", messages=[USER, assistant(content="4", reasoning_content="2+2"), USER]),
+    ok("reasoning", messages=[USER, assistant(content="4", reasoning="2+2"), USER]),
+    ok("reasoning-null", messages=[USER, assistant(content="4", reasoning=None, reasoning_content=None)]),
+    ok("reasoning-with-tool_calls", messages=[USER, assistant(tool_calls=[CALL], reasoning_content="call it")]),
     ok(
         "conversation",
         messages=[
@@ -459,14 +494,15 @@ MESSAGES_REJECTED = [
     bad("role-null", INV, "messages[0].role", messages=[{"role": None, "content": "hi"}]),
     bad("role-number", INV, "messages[0].role", messages=[{"role": 5, "content": "hi"}]),
     bad("role-bot", INV, "messages[0].role", messages=[{"role": "bot", "content": "hi"}]),
-    bad("role-function", INV, "messages[0].role", messages=[{"role": "function", "content": "hi"}]),
     bad("role-uppercase", INV, "messages[0].role", messages=[{"role": "User", "content": "hi"}]),
     bad("role-second-message", INV, "messages[1].role", messages=[USER, {"role": "bot", "content": "hi"}]),
     # message keys
     bad("key-unknown", UNS, "messages[0].foo", messages=[{"role": "user", "content": "hi", "foo": 1}]),
-    bad("key-function_call", UNS, "messages[1].function_call", messages=[USER, assistant(content="x", function_call={"name": "f", "arguments": "{}"})]),
-    bad("key-audio", UNS, "messages[1].audio", messages=[USER, assistant(content="x", audio={"id": "a"})]),
-    bad("key-unknown-third", UNS, "messages[2].reasoning_content", messages=[USER, assistant(content="x"), {"role": "user", "content": "y", "reasoning_content": "z"}]),
+    bad("key-unknown-third", UNS, "messages[2].thinking", messages=[USER, assistant(content="x"), {"role": "user", "content": "y", "thinking": "z"}]),
+    bad("key-audio-string", INV, "messages[1].audio", messages=[USER, assistant(content="x", audio="a")]),
+    bad("reasoning_content-number", INV, "messages[1].reasoning_content", messages=[USER, assistant(content="x", reasoning_content=5)]),
+    bad("reasoning-object", INV, "messages[1].reasoning", messages=[USER, assistant(content="x", reasoning={"text": "r"})]),
+    bad("part-input_audio-missing", INV, "messages[0].content[0].input_audio", messages=user_parts({"type": "input_audio"})),
     bad("name-number", INV, "messages[0].name", messages=[{"role": "user", "content": "hi", "name": 5}]),
     bad("refusal-number", INV, "messages[1].refusal", messages=[USER, assistant(content="x", refusal=5)]),
     # content shape
@@ -481,9 +517,6 @@ MESSAGES_REJECTED = [
     bad("content-object", UNS, "messages[0].content", messages=[{"role": "user", "content": {"type": "text", "text": "hi"}}]),
     bad("content-empty-array", UNS, "messages[0].content", messages=[{"role": "user", "content": []}]),
     # content parts
-    bad("part-type-input_audio", UNS, "messages[0].content[0].type", messages=user_parts({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}})),
-    bad("part-type-file", UNS, "messages[0].content[0].type", messages=user_parts({"type": "file", "file": {"file_id": "f"}})),
-    bad("part-type-refusal", UNS, "messages[0].content[0].type", messages=user_parts({"type": "refusal", "refusal": "no"})),
     bad("part-type-second", UNS, "messages[0].content[1].type", messages=user_parts({"type": "text", "text": "a"}, {"type": "video_url", "video_url": {"url": "x"}})),
     bad("part-type-third-message", UNS, "messages[2].content[0].type", messages=[{"role": "system", "content": "s"}, USER, {"role": "user", "content": [{"type": "audio"}]}]),
     bad("part-text-missing", INV, "messages[0].content[0].text", messages=user_parts({"type": "text"})),
@@ -537,6 +570,61 @@ def test_chat_rejects(overrides: dict[str, Any], code: str, param: str | None) -
 
 
 # ---------------------------------------------------------------------------------------------
+# chat: OpenAI's schema accepts, the SIE contract refuses (a local target answers local_rejection)
+
+TOOLS_65 = [{"type": "function", "function": {"name": f"f{i}"}} for i in range(65)]
+AUDIO_PART = {"type": "input_audio", "input_audio": {"data": "AA==", "format": "wav"}}
+CUSTOM_CALL = {"id": "c1", "type": "custom", "custom": {"name": "sql", "input": "select 1"}}
+
+CHAT_LOCAL_REJECTED = [
+    bad("tools-65", INV, "tools", tools=TOOLS_65),
+    bad("tools-custom", INV, "tools[0].type", tools=[CUSTOM_TOOL]),
+    bad("tools-custom-second", INV, "tools[1].type", tools=[TOOL, CUSTOM_TOOL]),
+    bad("tool_choice-custom", INV, "tool_choice", tools=[TOOL], tool_choice={"type": "custom", "custom": {"name": "sql"}}),
+    bad("tool_choice-allowed_tools", INV, "tool_choice", tools=[TOOL], tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [NAMED_CHOICE]}}),
+    bad("tool_choice-required+json_object", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "json_object"}),
+    bad("tool_choice-required+json_schema", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+    bad("tool_choice-required+regex", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "regex", "regex": "a"}),
+    bad("tool_choice-required+grammar", INV, "tool_choice", tools=[TOOL], tool_choice="required", response_format={"type": "grammar", "grammar": "g"}),
+    bad("tool_choice-named+json_object", INV, "tool_choice", tools=[TOOL], tool_choice=NAMED_CHOICE, response_format={"type": "json_object"}),
+    bad("stream_options-include_obfuscation", UNS, "stream_options.include_obfuscation", stream_options={"include_obfuscation": False}, stream=True),
+    bad("message-function_call", UNS, "messages[1].function_call", messages=[USER, assistant(content="x", function_call={"name": "f", "arguments": "{}"})]),
+    bad("message-audio", UNS, "messages[1].audio", messages=[USER, assistant(content="x", audio={"id": "a"})]),
+    bad("role-function", INV, "messages[0].role", messages=[{"role": "function", "name": "f", "content": "hi"}]),
+    bad("part-input_audio", UNS, "messages[0].content[0].type", messages=user_parts(AUDIO_PART)),
+    bad("part-file", UNS, "messages[0].content[0].type", messages=user_parts({"type": "file", "file": {"file_id": "f"}})),
+    bad("part-refusal", UNS, "messages[1].content[0].type", messages=[USER, assistant(content=[{"type": "refusal", "refusal": "no"}])]),
+    bad("tool_calls-custom", INV, "messages[1].tool_calls[0].type", messages=[USER, assistant(tool_calls=[CUSTOM_CALL])]),
+    # the first one, in check order (messages before tools)
+    bad("first-fault-wins", UNS, "messages[0].content[0].type", messages=user_parts(AUDIO_PART), tools=TOOLS_65),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "code", "param"), CHAT_LOCAL_REJECTED)
+def test_chat_local_rejections(overrides: dict[str, Any], code: str, param: str | None) -> None:
+    body = with_overrides(CHAT_BASE, overrides)
+    req = check_accepted(parse_chat_request, body)
+    err = req.local_rejection
+    assert isinstance(err, RequestError)
+    assert (err.status, err.type, err.code, err.param) == (400, ERROR_TYPE, code, param)
+
+
+# Accepted rows that the SIE contract refuses (the cases above, among CHAT_ACCEPTED).
+OPENAI_ONLY_VALUES = {
+    "tools-128", "tools-custom", "tool_choice-custom", "tool_choice-allowed_tools",
+    "tool_choice-required+json_object", "stream_options-include_obfuscation",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides", [p for p in CHAT_ACCEPTED + MESSAGES_ACCEPTED if p.id not in OPENAI_ONLY_VALUES]
+)
+def test_chat_accepts_without_local_rejection(overrides: dict[str, Any]) -> None:
+    req = parse_chat_request(encode(with_overrides(CHAT_BASE, overrides)))
+    assert req.local_rejection is None
+
+
+# ---------------------------------------------------------------------------------------------
 # completions
 
 _common_ok, _common_bad = value_cases(COMMON_VALUE_RULES)
@@ -558,18 +646,19 @@ COMPLETIONS_ACCEPTED = [
 ]  # fmt: skip
 
 COMPLETIONS_REJECTED = [
-    # checked first, before anything else
-    bad("echo", UNS, "echo", echo=True),
-    bad("echo-without-model", UNS, "echo", echo=True, model=DROP),
-    bad("suffix-with-bad-temperature", UNS, "suffix", suffix="x", temperature=-1),
-    bad("logprobs-with-bad-prompt", UNS, "logprobs", logprobs=5, prompt=5),
-    bad("best_of-before-unknown", UNS, "best_of", best_of=2, aaa=1),
-    bad("best_of-without-prompt", UNS, "best_of", best_of=1, prompt=DROP),
+    # OpenAI's fields outside the SIE contract are checked like the others
+    bad("echo-without-model", INV, "model", echo=True, model=DROP),
+    bad("suffix-with-bad-temperature", INV, "temperature", suffix="x", temperature=-1),
+    bad("logprobs-with-bad-prompt", INV, "prompt", logprobs=5, prompt=5),
+    bad("logprobs=6", INV, "logprobs", logprobs=6),
+    bad("logprobs-bool", INV, "logprobs", logprobs=True),
+    bad("echo-string", INV, "echo", echo="yes"),
+    bad("suffix-number", INV, "suffix", suffix=1),
+    bad("best_of=21", INV, "best_of", best_of=21),
+    bad("best_of-before-unknown", UNS, "aaa", best_of=2, aaa=1),
+    bad("best_of-without-prompt", INV, "prompt", best_of=1, prompt=DROP),
     # allow-list
-    bad("logit_bias", UNS, "logit_bias", logit_bias={"1": 1}),
     bad("top_k", UNS, "top_k", top_k=5),
-    bad("stream_options", UNS, "stream_options", stream_options={"include_usage": True}, stream=True),
-    bad("user", UNS, "user", user="u"),
     bad("messages", UNS, "messages", messages=[USER]),
     bad("max_completion_tokens", UNS, "max_completion_tokens", max_completion_tokens=5),
     bad("response_format", UNS, "response_format", response_format={"type": "json_object"}),
@@ -588,15 +677,12 @@ COMPLETIONS_REJECTED = [
     bad("prompt-number", INV, "prompt", prompt=5),
     bad("prompt-bool", INV, "prompt", prompt=True),
     bad("prompt-object", INV, "prompt", prompt={"text": "x"}),
-    bad("prompt-array-of-number", INV, "prompt", prompt=[5]),
-    bad("prompt-token-ids", INV, "prompt", prompt=[[1, 2, 3]]),
     bad("prompt-nested-array", INV, "prompt", prompt=[["a"]]),
-    bad("prompt-two-strings", UNS, "prompt", prompt=["a", "b"]),
-    bad("prompt-three-strings", UNS, "prompt", prompt=["a", "b", "c"]),
+    bad("prompt-empty-token-array", INV, "prompt", prompt=[[]]),
+    bad("prompt-mixed", INV, "prompt", prompt=["a", 1]),
     # n
     bad("n=0", INV, "n", n=0),
-    bad("n=2", UNS, "n", n=2),
-    bad("n=128", UNS, "n", n=128),
+    bad("n=129", INV, "n", n=129),
     bad("n-string", INV, "n", n="1"),
     bad("n-bool", INV, "n", n=True),
     # max_tokens
@@ -605,9 +691,44 @@ COMPLETIONS_REJECTED = [
 ]  # fmt: skip
 
 
+COMPLETIONS_REMOTE_ONLY = [
+    ok("echo", echo=True),
+    ok("suffix", suffix="x"),
+    ok("logprobs", logprobs=5),
+    ok("best_of", best_of=2),
+    ok("logit_bias", logit_bias={"1": 1}),
+    ok("stream_options", stream_options={"include_usage": True}, stream=True),
+    ok("user", user="u"),
+]
+
+COMPLETIONS_LOCAL_REJECTED = [
+    bad("prompt-array-of-number", INV, "prompt", prompt=[5]),
+    bad("prompt-token-ids", INV, "prompt", prompt=[[1, 2, 3]]),
+    bad("prompt-two-strings", UNS, "prompt", prompt=["a", "b"]),
+    bad("prompt-three-strings", UNS, "prompt", prompt=["a", "b", "c"]),
+    bad("n=2", UNS, "n", n=2),
+    bad("n=128", UNS, "n", n=128),
+]
+
+
 @pytest.mark.parametrize("overrides", COMPLETIONS_ACCEPTED)
 def test_completions_accepts(overrides: dict[str, Any]) -> None:
-    check_accepted(parse_completions_request, with_overrides(COMPLETIONS_BASE, overrides))
+    req = check_accepted(parse_completions_request, with_overrides(COMPLETIONS_BASE, overrides))
+    assert req.local_rejection is None and req.local_unsupported == ()
+
+
+@pytest.mark.parametrize("overrides", COMPLETIONS_REMOTE_ONLY)
+def test_completions_openai_fields_are_remote_only(overrides: dict[str, Any]) -> None:
+    req = check_accepted(parse_completions_request, with_overrides(COMPLETIONS_BASE, overrides))
+    assert req.local_unsupported == tuple(k for k in sorted(overrides) if k != "stream")
+
+
+@pytest.mark.parametrize(("overrides", "code", "param"), COMPLETIONS_LOCAL_REJECTED)
+def test_completions_local_rejections(overrides: dict[str, Any], code: str, param: str) -> None:
+    req = check_accepted(parse_completions_request, with_overrides(COMPLETIONS_BASE, overrides))
+    err = req.local_rejection
+    assert isinstance(err, RequestError)
+    assert (err.status, err.type, err.code, err.param) == (400, ERROR_TYPE, code, param)
 
 
 @pytest.mark.parametrize(("overrides", "code", "param"), COMPLETIONS_REJECTED)
@@ -911,7 +1032,12 @@ def test_upstream_body_from_indented_input() -> None:
 def test_upstream_body_drops_ignored_members() -> None:
     body = {**CHAT_BASE, "safety_identifier": "sid", "routing_key": 5, "prompt_cache_key": "p"}
     out = parse_chat_request(encode(body)).upstream_body("gpt-x")
-    assert json.loads(out) == {**CHAT_BASE, "model": "gpt-x", "prompt_cache_key": "p"}
+    assert json.loads(out) == {
+        **CHAT_BASE,
+        "model": "gpt-x",
+        "prompt_cache_key": "p",
+        "safety_identifier": "sid",
+    }
 
 
 @pytest.mark.parametrize(
@@ -1110,7 +1236,7 @@ REACH_CHAT: list[tuple[str, Any, dict[str, Any], str | None]] = [
     ("best_of", 2, {}, "remote"),
     ("lora_adapter", "a", {}, "remote"),
     ("user", "u", {}, ""),
-    ("safety_identifier", "s", {}, None),
+    ("safety_identifier", "s", {}, ""),
     ("seed", 1, {}, ""),
     ("logprobs", True, {}, ""),
     ("top_logprobs", 2, {"logprobs": True}, ""),
@@ -1120,8 +1246,7 @@ REACH_CHAT: list[tuple[str, Any, dict[str, Any], str | None]] = [
     ("stream", True, {}, ""),
     ("stream_options", {"include_usage": True}, {"stream": True}, ""),
     ("parallel_tool_calls", True, {"tools": [TOOL]}, ""),
-    ("reasoning_effort", "low", {}, "local"),
-    ("reasoning_format", "parsed", {}, "local"),
+    *[(name, value, {}, "local") for name, value in OPENAI_ONLY.items()],
     ("response_format", {"type": "json_object"}, {}, ""),
     ("tools", [TOOL], {}, ""),
     ("tool_choice", "auto", {"tools": [TOOL]}, ""),
@@ -1138,6 +1263,13 @@ REACH_COMPLETIONS: list[tuple[str, Any, dict[str, Any], str | None]] = [
     ("seed", 1, {}, ""),
     ("stream", True, {}, ""),
     ("n", 1, {}, ""),
+    ("best_of", 2, {}, "local"),
+    ("echo", True, {}, "local"),
+    ("logprobs", 2, {}, "local"),
+    ("suffix", "s", {}, "local"),
+    ("logit_bias", {"1": 1}, {}, "local"),
+    ("stream_options", {"include_usage": True}, {"stream": True}, "local"),
+    ("user", "u", {}, "local"),
 ]
 REACH_CASES = [
     pytest.param(parse, base, *row, id=f"{endpoint}:{row[0]}")
@@ -1184,4 +1316,4 @@ def test_reach_lists_are_sorted() -> None:
         "repetition_penalty",
         "top_k",
     )
-    assert req.local_unsupported == ("reasoning_effort", "reasoning_format")
+    assert req.local_unsupported == tuple(sorted(OPENAI_ONLY))

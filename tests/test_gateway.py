@@ -315,7 +315,7 @@ async def test_stalled_stream_ends_with_error_event(
         (
             "POST",
             "/v1/completions",
-            b'{"model":"openai/m","prompt":"x","echo":true}',
+            b'{"model":"openai/m","prompt":"x","top_k":1}',
             400,
             "unsupported_field",
         ),

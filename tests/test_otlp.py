@@ -66,6 +66,10 @@ def attrs(**values: str | int) -> list[KeyValue]:
     return out
 
 
+# An accepted push's answer in protojson, as inference-gateway's document shows it.
+ZEROS = {"partialSuccess": {"rejectedDataPoints": "0", "errorMessage": ""}}
+
+
 def export(*metrics: Metric, service: str | None = "my-agent") -> ExportMetricsServiceRequest:
     req = ExportMetricsServiceRequest()
     rm = req.resource_metrics.add()
@@ -186,7 +190,7 @@ async def test_content_type_parameters_are_allowed(node: Gateway) -> None:
     body = encode(export(delta_sum("gen_ai.client.token.usage", 3)), JSON)
     resp = await push(node, body, "Application/JSON; charset=utf-8")
     assert resp.status == 200
-    assert orjson.loads(resp.body) == {}
+    assert orjson.loads(resp.body) == ZEROS
 
 
 async def test_unknown_content_encoding_is_415(node: Gateway) -> None:
@@ -210,9 +214,22 @@ async def test_accepted_payload_answers_in_its_encoding(node: Gateway, kind: str
         histogram("gen_ai.server.request.duration", [1, 2, 0], [0.5, 1.0], 1.75),
     )
     reply = parse_response(await push(node, encode(req, kind), kind), kind)
-    assert not reply.HasField("partial_success")
+    assert reply.partial_success.rejected_data_points == 0
+    assert reply.partial_success.error_message == ""
     if kind == JSON:
-        assert (await push(node, encode(req, kind), kind)).body == b"{}"
+        assert orjson.loads((await push(node, encode(req, kind), kind)).body) == ZEROS
+
+
+@pytest.mark.parametrize("kind", [PROTOBUF, JSON])
+async def test_an_empty_push_answers_partial_success_with_zeros(node: Gateway, kind: str) -> None:
+    resp = await push(node, encode(ExportMetricsServiceRequest(), kind), kind)
+    assert resp.status == 200
+    if kind == JSON:
+        # As the reference document's example, field for field.
+        assert orjson.loads(resp.body) == ZEROS
+    else:
+        assert resp.body == b"\x0a\x00"  # partial_success set, both fields zero
+        assert parse_response(resp, kind).HasField("partial_success")
 
 
 @pytest.mark.parametrize("kind", [PROTOBUF, JSON])
@@ -229,9 +246,9 @@ async def test_partial_success_counts_rejected_points(node: Gateway, kind: str) 
     reasons = reply.partial_success.error_message.split("; ")
     assert reasons == [
         'unsupported metric "my.custom.metric"',
-        "only delta temporality is supported",
-        'unsupported type sum for metric "gen_ai.server.request.duration"',
-        'metric "inference_gateway.tool_calls" must be a monotonic sum',
+        'metric "gen_ai.server.request.duration": only delta temporality is supported',
+        'metric "gen_ai.server.request.duration": unsupported type sum',
+        'metric "inference_gateway.tool_calls": must be a monotonic sum',
     ]
 
 
@@ -239,7 +256,9 @@ async def test_cumulative_sum_is_rejected(node: Gateway) -> None:
     req = export(delta_sum("gen_ai.client.token.usage", 1, 2, 3, temporality=CUMULATIVE))
     reply = parse_response(await push(node, encode(req, PROTOBUF)), PROTOBUF)
     assert reply.partial_success.rejected_data_points == 3
-    assert reply.partial_success.error_message == "only delta temporality is supported"
+    assert reply.partial_success.error_message == (
+        'metric "gen_ai.client.token.usage": only delta temporality is supported'
+    )
 
 
 # --- gzip --------------------------------------------------------------------------------
@@ -249,7 +268,7 @@ async def test_cumulative_sum_is_rejected(node: Gateway) -> None:
 async def test_gzip_body(node: Gateway, kind: str) -> None:
     req = export(delta_sum("gen_ai.client.token.usage", 7, gen_ai__token__type="output"))
     resp = await push(node, gzip.compress(encode(req, kind)), kind, gzipped=True)
-    assert not parse_response(resp, kind).HasField("partial_success")
+    assert parse_response(resp, kind).partial_success.rejected_data_points == 0
     text = await scrape(node)
     assert sample(text, "gen_ai_client_token_usage_count", gen_ai_token_type="output") == 1
 
@@ -261,7 +280,7 @@ async def test_concatenated_gzip_members(node: Gateway) -> None:
     body = gzip.compress(first) + gzip.compress(second)
     assert len(decode_otlp_metrics(gunzip_capped(body, MiB))) == 2
     resp = await push(node, body, gzipped=True)
-    assert not parse_response(resp, PROTOBUF).HasField("partial_success")
+    assert parse_response(resp, PROTOBUF).partial_success.rejected_data_points == 0
     text = await scrape(node)
     assert sample(text, "gen_ai_client_token_usage_count", source="a") == 1
     assert sample(text, "gen_ai_client_token_usage_count", source="b") == 1
@@ -396,7 +415,10 @@ async def test_malformed_histogram_points_are_rejected(node: Gateway) -> None:
     negative = delta_sum("gen_ai.client.token.usage", -4)
     reply = parse_response(await push(node, encode(export(bad, nan, negative), PROTOBUF)), PROTOBUF)
     assert reply.partial_success.rejected_data_points == 3
-    assert reply.partial_success.error_message == "malformed histogram data point; invalid value"
+    assert reply.partial_success.error_message == (
+        'metric "gen_ai.server.time_to_first_token": malformed histogram data point; '
+        'metric "gen_ai.client.token.usage": invalid value'
+    )
 
 
 @pytest.mark.parametrize(

@@ -285,6 +285,41 @@ async def test_image_variation_multipart_with_query_provider(
     assert resp.status == 415
 
 
+@pytest.mark.parametrize(
+    ("path", "fields", "param"),
+    [
+        # an image is required, as a file (an `image` text field is not one)
+        ("/v1/images/edits", [("prompt", b"a hat", None)], "image"),
+        ("/v1/images/edits", [("image", b"not-a-file", None), ("prompt", b"a", None)], "image"),
+        ("/v1/images/variations", [("n", b"2", None)], "image"),
+        ("/v1/images/variations", [], "image"),
+        # edits need a non-empty prompt
+        ("/v1/images/edits", [("image", PNG, "cat.png")], "prompt"),
+        ("/v1/images/edits", [("image", PNG, "cat.png"), ("prompt", b"", None)], "prompt"),
+    ],
+)
+async def test_image_forms_are_checked_before_forwarding(
+    gw: Gateway, echo: EchoUpstream, path: str, fields: list, param: str
+) -> None:
+    fields = [*fields, ("model", b"openai/gpt-image-1", None)]
+    resp = await request(gw.port, "POST", path, multipart(fields), MULTIPART)
+    assert resp.status == 400
+    err = orjson.loads(resp.body)["error"]
+    assert (err["code"], err["param"], err["type"]) == (
+        "invalid_request",
+        param,
+        "invalid_request_error",
+    )
+    assert echo.seen == []
+
+
+async def test_image_array_field_name_is_an_image(gw: Gateway, echo: EchoUpstream) -> None:
+    body = multipart([("image[]", PNG, "a.png"), ("prompt", b"x", None)])
+    resp = await request(gw.port, "POST", "/v1/images/edits?provider=openai", body, MULTIPART)
+    assert resp.status == 200
+    assert echo.seen[-1].body == body
+
+
 async def test_image_upstream_failure(gw: Gateway, echo: EchoUpstream) -> None:
     echo.answer = lambda seen: Answer(
         status=500,
@@ -519,6 +554,7 @@ EXPECTED_CHAT = {
     "moonshot": ("/chat/completions", "authorization", "Bearer key-moonshot", None),
     "nvidia": ("/chat/completions", "authorization", "Bearer key-nvidia", None),
     "llamacpp": ("/chat/completions", "authorization", None, None),
+    "zai": ("/chat/completions", "authorization", "Bearer key-zai", None),
 }
 
 

@@ -23,6 +23,8 @@ CHAT = orjson.dumps({"model": "openai/gpt", "messages": [{"role": "user", "conte
 STREAM = orjson.dumps(
     {"model": "openai/gpt", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 )
+# A stream that asks for usage: ANSWER (which carries usage) is relayed as the upstream sent it.
+STREAM_USAGE = orjson.dumps({**orjson.loads(STREAM), "stream_options": {"include_usage": True}})
 ANSWER = orjson.dumps(
     {
         "id": "c1",
@@ -98,7 +100,7 @@ async def test_a_gzip_stream_is_decoded(nursery: trio.Nursery, bad: BadUpstream)
     bad.script = Script(
         [(0, head), (0, chunk(packed[:10])), (0.01, chunk(packed[10:])), (0, b"0\r\n\r\n")]
     )
-    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM_USAGE)
     assert resp.status == 200
     assert sse_data(resp.body) == [ANSWER, b"[DONE]"]
 
@@ -213,7 +215,7 @@ async def test_a_stream_cut_mid_event_ends_with_a_parseable_error_event(
     head = response(200, [("content-type", "text/event-stream"), ("transfer-encoding", "chunked")])
     # One whole event and half of the next in one piece, then the upstream goes away.
     bad.script = Script([(0, head + chunk(whole + b'data: {"partial_marker":'))], end=end)
-    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", STREAM_USAGE)
     assert resp.status == 200
     assert resp.body.startswith(whole)
     events = resp.body.split(b"\n\n")

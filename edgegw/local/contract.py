@@ -5,7 +5,8 @@ In order:
   1. `X-SIE-Remote` (only one field, exactly `forbid`; read by the route for every target,
      a remote one refused under `forbid`), `X-SIE-Pool`,
      `X-SIE-MACHINE-PROFILE`, `X-SIE-SDK-Version`;
-  2. fields SGLang cannot honour (`reasoning_effort`, `reasoning_format`);
+  2. fields SGLang cannot honour (`reasoning_effort`, `store`, ...: the OpenAI fields outside
+     the SIE contract), then the first SIE-only value fault the parser noted;
   3. the profile's rules: LoRA adapter names, the output cap (default
      SIE_GATEWAY_DEFAULT_MAX_TOKENS, at most the profile's max_output_tokens), min_tokens,
      image inputs (base64 `data:` URIs only, and only for `inputs.image` profiles),
@@ -74,6 +75,9 @@ def check_request(
     # Fields of the SIE contract SGLang does not take (the Rust tables say which).
     for name in req.local_unsupported:
         raise fail("unsupported_field", f"'{name}' is not supported by this endpoint", param=name)
+    # Values OpenAI's schema accepts and the SIE contract does not (65 tools, custom tools, ...).
+    if (rejection := req.local_rejection) is not None:
+        raise rejection
     doc = orjson.loads(req.body)
     _check_capabilities(req, doc, rt)
     if (lora := doc.get("lora_adapter")) is not None and lora not in rt.profile.lora_adapters:

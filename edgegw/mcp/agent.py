@@ -34,7 +34,8 @@ from edgegw.mcp.models import Model, Unserved
 from edgegw.mcp.state import MAX_ROUNDS, Agent, ToolCheck, refuse_prefixed, rounds_exhausted
 from edgegw.mcp.stream import run_stream
 from edgegw.mcp.tools import Offered
-from edgegw.relay import Exchanges, Inspect, tap
+from edgegw.relay import Exchanges, Inspect
+from edgegw.tap import tap
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
     from edgegw.mcp.client import McpClient

@@ -120,6 +120,8 @@ class ModelCatalog:
             for m in listing.models
             if model_allowed(allowed, disallowed, f"{pid}/{m.id}")
         ]
+        if include:
+            await self.community.ready()
         if "context_window" in include:
             await self._runtime_windows(rows)
         data = [self._render(pid, listing, m, include) for pid, listing, m in rows]

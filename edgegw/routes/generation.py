@@ -12,7 +12,10 @@
      else the local refusal;
   4. remote: vision gate, fields the provider cannot honour (400 `unsupported_field`), the
      body written by the Rust core (model replaced, the provider's omitted and renamed
-     fields), forwarded or relayed with the provider's credentials (never the client's).
+     fields, `stream_options` dropped from a request that does not stream, earlier turns'
+     reasoning members kept only for a provider that takes them back, usage asked for
+     on a stream whose client did not ask, withheld from it again by the relay), forwarded
+     or relayed with the provider's credentials (never the client's).
 With GUARDRAILS_ENABLED (edgegw.guardrails.check), `pre_call` runs after step 1 for every
 target (block: 403; redact: the redacted body is parsed again and is what goes on), and a
 remote non-streaming answer passes `post_call` before the client sees it; MCP tool calls
@@ -46,6 +49,7 @@ from edgegw.mcp import agent as mcp_agent
 from edgegw.mcp.models import LocalModel, RemoteModel
 from edgegw.mcp.state import ToolCheck
 from edgegw.mcp.tools import Offered
+from edgegw.providers import provider_body
 from edgegw.relay import Inspect, UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routing.config import LOCAL, Deployment
@@ -333,18 +337,17 @@ async def _remote(
     _refuse_unsupported(tuple(f for f in req.remote_unsupported if f not in drop), req.features)
     assert remote.model is not None
     offered = mcp_agent.offer(gw.mcp, call, req)
+    body, ask_usage = provider_body(
+        req, target, remote.model, drop, None if offered is None else offered.json
+    )
     up = UpstreamRequest(
         origin=target.origin,
         target=target.path(provider.chat_path if chat else provider.completions_path),
         headers=target.sse_headers if req.stream else target.json_headers,
-        body=req.upstream_body(
-            remote.model,
-            (*target.omit, *drop),
-            rename=provider.renamed_fields,
-            tools=None if offered is None else offered.json,
-        ),
+        body=body,
         secret=target.secret,
         screen=screen,
+        hidden_usage=ask_usage,
     )
     inspect, tool_check = _guards(gw, call, req.model)
     if offered is not None:

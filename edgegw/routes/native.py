@@ -12,6 +12,7 @@ gateway's envelope, like everywhere else.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from edgegw._core import parse_passthrough
 from edgegw.asgi import Call
@@ -97,17 +98,18 @@ async def images_generations(gw: Gateway, call: Call) -> None:
 
 
 async def images_edits(gw: Gateway, call: Call) -> None:
-    await _images_multipart(gw, call, IMAGES_EDITS)
+    await _images_multipart(gw, call, IMAGES_EDITS, needs_prompt=True)
 
 
 async def images_variations(gw: Gateway, call: Call) -> None:
-    await _images_multipart(gw, call, IMAGES_VARIATIONS)
+    await _images_multipart(gw, call, IMAGES_VARIATIONS, needs_prompt=False)
 
 
-async def _images_multipart(gw: Gateway, call: Call, api: NativeApi) -> None:
+async def _images_multipart(gw: Gateway, call: Call, api: NativeApi, *, needs_prompt: bool) -> None:
     """Multipart image edits/variations. The body is read under the body cap (never more
-    than that in memory), the `model` form field's provider prefix is removed in place, and
-    every other byte (files included) goes upstream as sent."""
+    than that in memory), checked as the reference checks it (an `image` or `image[]` file;
+    edits a non-empty `prompt`), the `model` form field's provider prefix is removed in
+    place, and every other byte (files included) goes upstream as sent."""
     if not gw.settings.enable_images:
         raise fail("images_disabled", IMAGES_DISABLED)
     ctype = call.header(b"content-type") or b""
@@ -115,7 +117,12 @@ async def _images_multipart(gw: Gateway, call: Call, api: NativeApi) -> None:
     if m is None:
         raise fail("unsupported_media_type", "expected multipart/form-data with a boundary")
     body = await call.read_body(gw.settings.max_body_bytes)
-    model, span = _multipart_field(body, m.group(1), b"model")
+    parts = _multipart_parts(body, m.group(1))
+    if not any(p.name in (b"image", b"image[]") and p.is_file for p in parts):
+        raise fail("invalid_request", "an 'image' file is required", param="image")
+    if needs_prompt and not any(p.name == b"prompt" and p.end > p.start for p in parts):
+        raise fail("invalid_request", "a non-empty 'prompt' is required", param="prompt")
+    model, span = _text_field(body, parts, b"model")
     remote = gw.resolver.native(model, call.provider_param(), api)
     bare = remote.model
     if span is not None and bare is not None and bare != model:
@@ -136,32 +143,52 @@ async def _images_multipart(gw: Gateway, call: Call, api: NativeApi) -> None:
     await gw.exchanges.forward(call, up, raw_errors=True)
 
 
-def _multipart_field(
-    body: bytes, boundary: bytes, name: bytes
-) -> tuple[str | None, tuple[int, int] | None]:
-    """The value of a small text field of a multipart body, and its byte span."""
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One part of a multipart body: its form name, whether it is a file, its value's span."""
+
+    name: bytes | None
+    is_file: bool
+    start: int
+    end: int
+
+
+_DISPOSITION = re.compile(rb"^content-disposition:([^\r\n]*)", re.IGNORECASE | re.MULTILINE)
+_PARAM = re.compile(rb';\s*(name|filename)="?([^";\r\n]*)"?', re.IGNORECASE)
+
+
+def _multipart_parts(body: bytes, boundary: bytes) -> list[_Part]:
+    """The parts of a multipart body, in order (a part cut short ends the list)."""
     delimiter = b"--" + boundary
+    parts: list[_Part] = []
     pos = body.find(delimiter)
     while pos >= 0:
         head_start = pos + len(delimiter) + 2
         head_end = body.find(b"\r\n\r\n", head_start)
         if head_end < 0:
             break
-        head = body[head_start:head_end]
         nxt = body.find(b"\r\n" + delimiter, head_end)
         if nxt < 0:
             break
-        if re.search(
-            rb'content-disposition:[^\r\n]*;\s*name="?' + re.escape(name) + rb'"?(;|\s|$)',
-            head,
-            re.IGNORECASE | re.MULTILINE,
-        ):
-            start, end = head_end + 4, nxt
+        disposition = _DISPOSITION.search(body[head_start:head_end])
+        params = (
+            {k.lower(): v for k, v in _PARAM.findall(disposition.group(1))} if disposition else {}
+        )
+        parts.append(_Part(params.get(b"name"), b"filename" in params, head_end + 4, nxt))
+        pos = nxt + 2
+    return parts
+
+
+def _text_field(
+    body: bytes, parts: list[_Part], name: bytes
+) -> tuple[str | None, tuple[int, int] | None]:
+    """The value of a small text field of a multipart body, and its byte span."""
+    for part in parts:
+        if part.name == name:
             try:
-                return body[start:end].decode("utf-8"), (start, end)
+                return body[part.start : part.end].decode("utf-8"), (part.start, part.end)
             except UnicodeDecodeError:
                 raise fail(
                     "invalid_request", "the 'model' field is not UTF-8", param="model"
                 ) from None
-        pos = nxt + 2
     return None, None

@@ -20,11 +20,14 @@ The rules (`record_push`), per metric:
     gen_ai.client.operation.time_to_first_chunk, gen_ai.server.time_to_first_token,
     gen_ai.execute_tool.duration: a delta Histogram;
   - inference_gateway.tool_calls: a delta, monotonic Sum (added to the counter);
-  - any other name: rejected, `unsupported metric "<name>"`; an accepted name with another
-    type: `unsupported type <kind> for metric "<name>"`; not delta: `only delta temporality
-    is supported`.
+  - any other name: rejected, `unsupported metric "<name>"`; every other rejection names its
+    metric, `metric "<name>": <reason>` (an accepted name with another type: `unsupported
+    type <kind>`; not delta: `only delta temporality is supported`; a point: `invalid
+    value`, `malformed histogram data point`), as the reference document's example.
 Every rejected data point is counted in `partialSuccess.rejectedDataPoints`; the distinct
-reasons (at most MAX_REASONS) are joined with "; " into `errorMessage`.
+reasons (at most MAX_REASONS) are joined with "; " into `errorMessage`. `partialSuccess` is
+always in the answer, with zeros when nothing was rejected (an empty push too), as the
+reference document shows it.
 
 Histogram replay: each bucket's count is recorded at a representative value (the first
 bucket at its upper bound, interior buckets at their midpoint, the overflow bucket at the
@@ -122,8 +125,6 @@ class PushResult:
 
     def json_response(self) -> bytes:
         """ExportMetricsServiceResponse in protojson (int64 as a string)."""
-        if not self.rejected and not self.reasons:
-            return b"{}"
         partial = {"rejectedDataPoints": str(self.rejected), "errorMessage": self.error_message}
         return orjson.dumps({"partialSuccess": partial})
 
@@ -142,6 +143,7 @@ def record_push(
             if reason is not None:
                 result.reject(len(points), reason)
                 continue
+            shown = name[:MAX_NAME_IN_REASON]
             family = instruments[name]
             for point in points:
                 key = _series_key(point[0], service_name)
@@ -154,7 +156,7 @@ def record_push(
                 if why is None:
                     result.accepted += 1
                 else:
-                    result.reject(1, why)
+                    result.reject(1, f'metric "{shown}": {why}')
     return result
 
 
@@ -163,11 +165,11 @@ def _metric_rejection(name: str, kind: str, temporality: int, monotonic: bool) -
     if kinds is None:
         return f'unsupported metric "{name[:MAX_NAME_IN_REASON]}"'
     if kind not in kinds:
-        return f'unsupported type {kind or "(none)"} for metric "{name}"'
+        return f'metric "{name}": unsupported type {kind or "(none)"}'
     if temporality != DELTA:
-        return "only delta temporality is supported"
+        return f'metric "{name}": only delta temporality is supported'
     if name == TOOL_CALLS and not monotonic:
-        return f'metric "{name}" must be a monotonic sum'
+        return f'metric "{name}": must be a monotonic sum'
     return None
 
 

@@ -133,6 +133,10 @@ mod binding {
             self.inner.has_images
         }
         #[getter]
+        fn has_reasoning(&self) -> bool {
+            self.inner.has_reasoning
+        }
+        #[getter]
         fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
             PyTuple::new(py, &self.inner.fields)
         }
@@ -155,6 +159,13 @@ mod binding {
         fn tool_names<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
             PyTuple::new(py, &self.inner.tool_names)
         }
+        /// The SIE contract's first refusal of a value OpenAI's schema accepts, as a
+        /// `RequestError` for a local target to raise; None when there is none.
+        #[getter]
+        fn local_rejection(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+            let fault = self.inner.local_fault.clone()?;
+            Some(PyErr::from(fault).into_value(py).into_any())
+        }
         #[getter]
         fn body<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
             self.body.bind(py).clone()
@@ -163,7 +174,8 @@ mod binding {
         /// Compact JSON for the upstream: `model` replaced, `omit` fields left out, each
         /// `rename` (from, to) applied when the body has `from` and no `to`.
         /// `tools`: the JSON of tool objects, comma-separated, appended to `tools`.
-        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new(), tools = None))]
+        /// With `ask_usage`, a stream that did not ask for usage asks for it.
+        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new(), tools = None, ask_usage = false))]
         fn upstream_body<'py>(
             &self,
             py: Python<'py>,
@@ -171,18 +183,20 @@ mod binding {
             omit: Vec<String>,
             rename: Vec<(String, String)>,
             tools: Option<&[u8]>,
+            ask_usage: bool,
         ) -> Bound<'py, PyBytes> {
             let omit: Vec<&str> = omit.iter().map(String::as_str).collect();
             let rename: Vec<(&str, &str)> = rename
                 .iter()
                 .map(|(from, to)| (from.as_str(), to.as_str()))
                 .collect();
-            let out = self.inner.upstream_body_with_tools(
+            let add = request::Additions { tools, ask_usage };
+            let out = self.inner.upstream_body_with(
                 self.body.bind(py).as_bytes(),
                 model,
                 &omit,
                 &rename,
-                tools,
+                add,
             );
             PyBytes::new(py, &out)
         }

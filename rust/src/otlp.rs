@@ -171,14 +171,12 @@ pub fn decode_metrics(data: &[u8]) -> Result<Vec<ResourceMetrics>, Rejection> {
         .collect()
 }
 
-/// A protobuf `ExportMetricsServiceResponse`; empty (no `partial_success`) when nothing
-/// was rejected.
+/// A protobuf `ExportMetricsServiceResponse`. `partial_success` is always set, with zeros
+/// when nothing was rejected, as inference-gateway answers (its document's example).
 pub fn encode_response(rejected_data_points: i64, error_message: &str) -> Vec<u8> {
-    let partial_success = (rejected_data_points != 0 || !error_message.is_empty()).then(|| {
-        pb::ExportMetricsPartialSuccess {
-            rejected_data_points,
-            error_message: error_message.to_string(),
-        }
+    let partial_success = Some(pb::ExportMetricsPartialSuccess {
+        rejected_data_points,
+        error_message: error_message.to_string(),
     });
     pb::ExportMetricsServiceResponse { partial_success }.encode_to_vec()
 }
@@ -835,7 +833,7 @@ mod tests {
 
     #[test]
     fn response_encoding() {
-        assert_eq!(encode_response(0, ""), b"");
+        assert_eq!(encode_response(0, ""), b"\x0a\x00");
         let bytes = encode_response(3, "unsupported metric \"x\"");
         let back = pb::ExportMetricsServiceResponse::decode(&bytes[..]).unwrap();
         let ps = back.partial_success.unwrap();

@@ -3,13 +3,17 @@
 //!
 //! The allow-lists are tables of field → ([`Rule`], [`Reach`]) ([`CHAT_FIELDS`],
 //! [`COMPLETIONS_FIELDS`]): how the value is checked, and which targets honour the field.
-//! Checks run in the reference gateway's order, so that a body with several faults
-//! reports the same one:
-//!   1. (completions only) the reject-list: `echo`, `suffix`, `logprobs`, `best_of`;
-//!   2. typed checks of the known fields, in table order;
-//!   3. fields refused by name (`functions`, `store`, ...), as `unsupported_field`;
-//!   4. structured fields (`response_format`, `tools`, `tool_choice`) and cross-field rules;
-//!   5. any other unknown field, the alphabetically first one, as `unsupported_field`.
+//! A table holds every field of OpenAI's request schema (`CreateChatCompletionRequest`,
+//! `CreateCompletionRequest` and what they inherit) and the SIE extensions; any other
+//! field is refused for every target. Value rules are OpenAI's; where the SIE contract of
+//! a local worker is stricter (64 tools, function tools only, no forcing `tool_choice`
+//! beside a structured `response_format`, one completions prompt, ...), the stricter rule
+//! does not refuse the body: its first fault is kept in [`Parsed::local_fault`], which a
+//! route answers when the target is local. Checks run in the reference gateway's order,
+//! so that a body with several faults reports the same one:
+//!   1. typed checks of the known fields, in table order;
+//!   2. structured fields (`response_format`, `tools`, `tool_choice`) and cross-field rules;
+//!   3. any other unknown field, the alphabetically first one, as `unsupported_field`.
 //!
 //! JSON `null` counts as absent for every optional field. Nothing is re-serialised:
 //! [`Parsed::upstream_body`] writes the original member bytes back with a new `model`.
@@ -21,8 +25,14 @@ use crate::json::{self, Value};
 pub const MAX_CHOICES: i64 = 128;
 /// Most `logit_bias` entries; beyond it the map is a denial-of-service vector for the sampler.
 pub const MAX_LOGIT_BIAS_KEYS: usize = 1024;
-/// Most tools in one request.
+/// Most tools in one request to a local worker (SIE's cap).
 pub const MAX_TOOLS: usize = 64;
+/// Most tools in one request to a remote provider (OpenAI's documented limit).
+pub const MAX_REMOTE_TOOLS: usize = 128;
+/// OpenAI's `metadata`: at most 16 pairs, keys up to 64 and values up to 512 characters.
+pub const MAX_METADATA_PAIRS: usize = 16;
+const MAX_METADATA_KEY: usize = 64;
+const MAX_METADATA_VALUE: usize = 512;
 const U32_MAX: i64 = u32::MAX as i64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,13 +67,23 @@ enum Rule {
     N,
     CompletionsN,
     BestOf,
+    /// `/v1/completions` `best_of`: OpenAI's [0, 20].
+    CompletionsBestOf,
     TopLogprobs,
     LogitBias,
     StreamOptions,
     /// A string hint; a value of another type is ignored and not forwarded (reference behaviour).
     Hint,
     Enum(&'static [&'static str]),
-    /// Checked in phase 4.
+    /// An array of strings, each one of the listed values (`modalities`).
+    EnumArray(&'static [&'static str]),
+    /// A map of string → string under OpenAI's `metadata` caps.
+    Metadata,
+    /// The deprecated `functions`: 1 to 128 function objects, each with a `name`.
+    Functions,
+    /// The deprecated `function_call`: `none`, `auto` or `{"name": ...}`.
+    FunctionCall,
+    /// Checked in phase 2.
     Structured,
 }
 
@@ -76,12 +96,10 @@ enum Reach {
     Both,
     /// SIE extensions to the OpenAI API: only a local worker honours them.
     LocalOnly,
-    /// OpenAI fields SGLang does not take: only a remote provider honours them.
+    /// OpenAI fields outside the SIE contract: only a remote provider honours them.
     RemoteOnly,
-    /// Accepted, then forwarded to no target and never logged: not in `fields` at all.
-    Ignored,
 }
-use Reach::{Both, Ignored, LocalOnly, RemoteOnly};
+use Reach::{Both, LocalOnly, RemoteOnly};
 
 // Value ranges shared by the tables.
 const OUTPUT_TOKENS: Rule = Rule::Int {
@@ -120,8 +138,13 @@ const MIN_TOKENS: Rule = Rule::Int {
     min: 0,
     max: U32_MAX,
 };
-const REASONING_EFFORTS: Rule = Rule::Enum(&["none", "minimal", "low", "medium", "high", "xhigh"]);
+const REASONING_EFFORTS: Rule =
+    Rule::Enum(&["none", "minimal", "low", "medium", "high", "xhigh", "max"]);
 const REASONING_FORMATS: Rule = Rule::Enum(&["raw", "parsed", "hidden"]);
+const SERVICE_TIERS: Rule = Rule::Enum(&["auto", "default", "flex", "scale", "priority", "fast"]);
+const VERBOSITIES: Rule = Rule::Enum(&["low", "medium", "high"]);
+const CACHE_RETENTIONS: Rule = Rule::Enum(&["in_memory", "24h"]);
+const MODALITIES: Rule = Rule::EnumArray(&["text", "audio"]);
 
 /// One allow-list row: the field, how its value is checked, which targets honour it.
 type Field = (&'static str, Rule, Reach);
@@ -129,70 +152,75 @@ type Field = (&'static str, Rule, Reach);
 /// The chat allow-list, in check order.
 #[rustfmt::skip]
 const CHAT_FIELDS: &[Field] = &[
-    ("model",                 Rule::Model,         Both),
-    ("messages",              Rule::Messages,      Both),
-    ("max_completion_tokens", OUTPUT_TOKENS,       Both),
-    ("max_tokens",            OUTPUT_TOKENS,       Both),
-    ("temperature",           TEMPERATURE,         Both),
-    ("top_p",                 TOP_P,               Both),
-    ("stop",                  Rule::Stop,          Both),
-    ("frequency_penalty",     F_PENALTY,           Both),
-    ("presence_penalty",      F_PENALTY,           Both),
-    ("top_k",                 TOP_K,               LocalOnly),
-    ("repetition_penalty",    REPETITION_PENALTY,  LocalOnly),
-    ("min_tokens",            MIN_TOKENS,          LocalOnly),
-    ("chat_template_kwargs",  Rule::Object,        LocalOnly),
-    ("n",                     Rule::N,             Both),
-    ("best_of",               Rule::BestOf,        LocalOnly),
-    ("lora_adapter",          Rule::NonEmptyStr,   LocalOnly),
-    ("user",                  Rule::Str,           Both),
-    ("safety_identifier",     Rule::Str,           Ignored),
-    ("seed",                  Rule::Seed,          Both),
-    ("logprobs",              Rule::Bool,          Both),
-    ("top_logprobs",          Rule::TopLogprobs,   Both),
-    ("logit_bias",            Rule::LogitBias,     Both),
-    ("prompt_cache_key",      Rule::Hint,          Both),
-    ("routing_key",           Rule::Hint,          Both),
-    ("stream",                Rule::Bool,          Both),
-    ("stream_options",        Rule::StreamOptions, Both),
-    ("parallel_tool_calls",   Rule::Bool,          Both),
-    ("reasoning_effort",      REASONING_EFFORTS,   RemoteOnly),
-    ("reasoning_format",      REASONING_FORMATS,   RemoteOnly),
-    ("response_format",       Rule::Structured,    Both),
-    ("tools",                 Rule::Structured,    Both),
-    ("tool_choice",           Rule::Structured,    Both),
-];
-
-/// Chat fields refused by name (OpenAI fields outside this gateway's contract).
-const CHAT_REJECTED: &[&str] = &[
-    "audio",
-    "function_call",
-    "functions",
-    "metadata",
-    "modalities",
-    "prediction",
-    "service_tier",
-    "store",
-    "verbosity",
+    ("model",                  Rule::Model,         Both),
+    ("messages",               Rule::Messages,      Both),
+    ("max_completion_tokens",  OUTPUT_TOKENS,       Both),
+    ("max_tokens",             OUTPUT_TOKENS,       Both),
+    ("temperature",            TEMPERATURE,         Both),
+    ("top_p",                  TOP_P,               Both),
+    ("stop",                   Rule::Stop,          Both),
+    ("frequency_penalty",      F_PENALTY,           Both),
+    ("presence_penalty",       F_PENALTY,           Both),
+    ("top_k",                  TOP_K,               LocalOnly),
+    ("repetition_penalty",     REPETITION_PENALTY,  LocalOnly),
+    ("min_tokens",             MIN_TOKENS,          LocalOnly),
+    ("chat_template_kwargs",   Rule::Object,        LocalOnly),
+    ("n",                      Rule::N,             Both),
+    ("best_of",                Rule::BestOf,        LocalOnly),
+    ("lora_adapter",           Rule::NonEmptyStr,   LocalOnly),
+    ("user",                   Rule::Str,           Both),
+    // SIE: accepted and ignored by a local worker (never sent to it); forwarded remotely.
+    ("safety_identifier",      Rule::Str,           Both),
+    ("seed",                   Rule::Seed,          Both),
+    ("logprobs",               Rule::Bool,          Both),
+    ("top_logprobs",           Rule::TopLogprobs,   Both),
+    ("logit_bias",             Rule::LogitBias,     Both),
+    ("prompt_cache_key",       Rule::Hint,          Both),
+    ("routing_key",            Rule::Hint,          Both),
+    ("stream",                 Rule::Bool,          Both),
+    ("stream_options",         Rule::StreamOptions, Both),
+    ("parallel_tool_calls",    Rule::Bool,          Both),
+    ("reasoning_effort",       REASONING_EFFORTS,   RemoteOnly),
+    ("reasoning_format",       REASONING_FORMATS,   RemoteOnly),
+    ("store",                  Rule::Bool,          RemoteOnly),
+    ("metadata",               Rule::Metadata,      RemoteOnly),
+    ("service_tier",           SERVICE_TIERS,       RemoteOnly),
+    ("modalities",             MODALITIES,          RemoteOnly),
+    ("audio",                  Rule::Object,        RemoteOnly),
+    ("prediction",             Rule::Object,        RemoteOnly),
+    ("web_search_options",     Rule::Object,        RemoteOnly),
+    ("verbosity",              VERBOSITIES,         RemoteOnly),
+    ("prompt_cache_retention", CACHE_RETENTIONS,    RemoteOnly),
+    ("prompt_cache_options",   Rule::Object,        RemoteOnly),
+    ("moderation",             Rule::Object,        RemoteOnly),
+    ("functions",              Rule::Functions,     RemoteOnly),
+    ("function_call",          Rule::FunctionCall,  RemoteOnly),
+    ("response_format",        Rule::Structured,    Both),
+    ("tools",                  Rule::Structured,    Both),
+    ("tool_choice",            Rule::Structured,    Both),
 ];
 
 #[rustfmt::skip]
 const COMPLETIONS_FIELDS: &[Field] = &[
-    ("model",             Rule::Model,        Both),
-    ("prompt",            Rule::Prompt,       Both),
-    ("max_tokens",        OUTPUT_TOKENS,      Both),
-    ("temperature",       TEMPERATURE,        Both),
-    ("top_p",             TOP_P,              Both),
-    ("stop",              Rule::Stop,         Both),
-    ("frequency_penalty", F_PENALTY,          Both),
-    ("presence_penalty",  F_PENALTY,          Both),
-    ("seed",              Rule::Seed,         Both),
-    ("stream",            Rule::Bool,         Both),
-    ("n",                 Rule::CompletionsN, Both),
+    ("model",             Rule::Model,                 Both),
+    ("prompt",            Rule::Prompt,                Both),
+    ("max_tokens",        OUTPUT_TOKENS,               Both),
+    ("temperature",       TEMPERATURE,                 Both),
+    ("top_p",             TOP_P,                       Both),
+    ("stop",              Rule::Stop,                  Both),
+    ("frequency_penalty", F_PENALTY,                   Both),
+    ("presence_penalty",  F_PENALTY,                   Both),
+    ("seed",              Rule::Seed,                  Both),
+    ("stream",            Rule::Bool,                  Both),
+    ("n",                 Rule::CompletionsN,          Both),
+    ("best_of",           Rule::CompletionsBestOf,     RemoteOnly),
+    ("echo",              Rule::Bool,                  RemoteOnly),
+    ("logprobs",          Rule::Int { min: 0, max: 5 }, RemoteOnly),
+    ("suffix",            Rule::Str,                   RemoteOnly),
+    ("logit_bias",        Rule::LogitBias,             RemoteOnly),
+    ("stream_options",    Rule::StreamOptions,         RemoteOnly),
+    ("user",              Rule::Str,                   RemoteOnly),
 ];
-
-/// Checked before anything else on `/v1/completions`.
-const COMPLETIONS_REJECTED_FIRST: &[&str] = &["best_of", "echo", "logprobs", "suffix"];
 
 const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
 const MESSAGE_KEYS: &[&str] = &[
@@ -202,7 +230,12 @@ const MESSAGE_KEYS: &[&str] = &[
     "tool_calls",
     "tool_call_id",
     "refusal",
+    // The reference's Message schema: a provider's reasoning, sent back in a conversation.
+    "reasoning_content",
+    "reasoning",
 ];
+/// OpenAI message members outside the SIE contract (a local fault, forwarded remotely).
+const REMOTE_MESSAGE_KEYS: &[&str] = &["audio", "function_call"];
 
 /// A validated request. Owns no body bytes: spans index the body it was parsed from.
 #[derive(Debug, Clone)]
@@ -211,11 +244,15 @@ pub struct Parsed {
     pub model: String,
     pub stream: bool,
     pub include_usage: bool,
+    /// `stream_options.include_obfuscation`, when the client set it.
+    pub include_obfuscation: Option<bool>,
     pub n: u32,
     pub best_of: Option<u32>,
     /// `max_completion_tokens`, else `max_tokens`, when the client set one.
     pub max_tokens: Option<u32>,
     pub has_images: bool,
+    /// Whether a message carries `reasoning_content` or `reasoning` (null included).
+    pub has_reasoning: bool,
     /// Top-level fields present with a non-null value, sorted (what a target must honour).
     pub fields: Vec<&'static str>,
     /// Value-level extensions a target must also honour (`response_format.regex`, ...).
@@ -225,7 +262,11 @@ pub struct Parsed {
     pub remote_unsupported: Vec<&'static str>,
     /// The `fields` a local worker cannot honour ([`Reach::RemoteOnly`]), sorted.
     pub local_unsupported: Vec<&'static str>,
-    /// The names of the request's `tools` (validated), in order.
+    /// The first value the SIE contract refuses where OpenAI's schema accepts it (65
+    /// tools, a custom tool, an audio part, ...): a local target answers it, after
+    /// `local_unsupported`; a remote target forwards the value.
+    pub local_fault: Option<Rejection>,
+    /// The names of the request's `tools` (validated; function and custom tools), in order.
     pub tool_names: Vec<String>,
     /// Members to forward: (name, start, end) into the body, in source order.
     spans: Vec<(&'static str, usize, usize)>,
@@ -248,7 +289,7 @@ impl Parsed {
         omit: &[&str],
         rename: &[(&str, &str)],
     ) -> Vec<u8> {
-        self.upstream_body_with_tools(body, model, omit, rename, None)
+        self.upstream_body_with(body, model, omit, rename, Additions::default())
     }
 
     /// [`Parsed::upstream_body`] with `tools` appended to the request's `tools` array (the
@@ -263,6 +304,26 @@ impl Parsed {
         rename: &[(&str, &str)],
         tools: Option<&[u8]>,
     ) -> Vec<u8> {
+        let add = Additions {
+            tools,
+            ..Additions::default()
+        };
+        self.upstream_body_with(body, model, omit, rename, add)
+    }
+
+    /// [`Parsed::upstream_body`] with the gateway's [`Additions`].
+    pub fn upstream_body_with(
+        &self,
+        body: &[u8],
+        model: &str,
+        omit: &[&str],
+        rename: &[(&str, &str)],
+        add: Additions<'_>,
+    ) -> Vec<u8> {
+        let ask = add.ask_usage
+            && self.stream
+            && !self.include_usage
+            && !omit.contains(&"stream_options");
         // The name each forwarded member is written under (None: omitted).
         let mut names: Vec<Option<&str>> = self
             .spans
@@ -277,11 +338,12 @@ impl Parsed {
                 *slot = Some(to);
             }
         }
-        let extra = tools.map_or(0, <[u8]>::len);
-        let mut out = Vec::with_capacity(body.len() + 16 + extra);
+        let extra = add.tools.map_or(0, <[u8]>::len);
+        let mut out = Vec::with_capacity(body.len() + 48 + extra);
         out.push(b'{');
         let mut first = true;
-        let mut tools = tools.filter(|t| !t.is_empty());
+        let mut tools = add.tools.filter(|t| !t.is_empty());
+        let mut asked = false;
         for (&(name, start, end), written) in self.spans.iter().zip(names) {
             let Some(written) = written else {
                 continue;
@@ -297,6 +359,9 @@ impl Parsed {
             } else if let (true, Some(added)) = (name == "tools", tools) {
                 tools = None;
                 append_to_array(&mut out, &body[start..end], added);
+            } else if ask && name == "stream_options" {
+                self.write_usage_options(&mut out);
+                asked = true;
             } else {
                 out.extend_from_slice(&body[start..end]);
             }
@@ -305,13 +370,43 @@ impl Parsed {
             if !first {
                 out.push(b',');
             }
+            first = false;
             out.extend_from_slice(b"\"tools\":[");
             out.extend_from_slice(added);
             out.push(b']');
         }
+        if ask && !asked {
+            if !first {
+                out.push(b',');
+            }
+            out.extend_from_slice(br#""stream_options":"#);
+            self.write_usage_options(&mut out);
+        }
         out.push(b'}');
         out
     }
+
+    fn write_usage_options(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"include_usage":true"#);
+        match self.include_obfuscation {
+            Some(true) => out.extend_from_slice(br#","include_obfuscation":true"#),
+            Some(false) => out.extend_from_slice(br#","include_obfuscation":false"#),
+            None => {}
+        }
+        out.push(b'}');
+    }
+}
+
+/// What the gateway adds to a body it writes upstream ([`Parsed::upstream_body_with`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Additions<'a> {
+    /// Tool objects' JSON, comma-separated, appended to `tools` (MCP).
+    pub tools: Option<&'a [u8]>,
+    /// A stream that did not ask for usage asks for it: `stream_options` (in its place,
+    /// else last) is written as `{"include_usage":true}`, keeping the client's
+    /// `include_obfuscation`. Nothing changes for a request that does not stream, asks
+    /// already, or omits `stream_options`.
+    pub ask_usage: bool,
 }
 
 /// Write `value` (a validated `tools` member: an array or `null`) with `added` appended.
@@ -342,40 +437,33 @@ pub fn parse_completions(body: &[u8]) -> Result<Parsed, Rejection> {
 
 fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     let members = json::parse_object_document(body)?;
-    let (table, rejected): (&[Field], &[&str]) = match endpoint {
-        Endpoint::Chat => (CHAT_FIELDS, CHAT_REJECTED),
-        Endpoint::Completions => (COMPLETIONS_FIELDS, &[]),
+    let table: &[Field] = match endpoint {
+        Endpoint::Chat => CHAT_FIELDS,
+        Endpoint::Completions => COMPLETIONS_FIELDS,
     };
     let get = |name: &str| members.iter().find(|m| m.key == name).map(|m| &m.value);
-    let present = |name: &str| get(name).is_some_and(|v| !v.is_null());
-
-    // 1. The completions reject-list comes before anything else.
-    if endpoint == Endpoint::Completions {
-        for &name in COMPLETIONS_REJECTED_FIRST {
-            if present(name) {
-                return Err(Rejection::unsupported(name));
-            }
-        }
-    }
 
     let mut p = Parsed {
         endpoint,
         model: String::new(),
         stream: false,
         include_usage: false,
+        include_obfuscation: None,
         n: 1,
         best_of: None,
         max_tokens: None,
         has_images: false,
+        has_reasoning: false,
         fields: Vec::new(),
         features: Vec::new(),
         remote_unsupported: Vec::new(),
         local_unsupported: Vec::new(),
+        local_fault: None,
         tool_names: Vec::new(),
         spans: Vec::with_capacity(members.len()),
     };
 
-    // 2. Typed checks of known fields, in table order.
+    // 1. Typed checks of known fields, in table order.
     for &(name, rule, _) in table {
         let value = get(name);
         if matches!(rule, Rule::Structured) {
@@ -391,25 +479,14 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         .collect();
     unknown.sort_unstable();
 
-    // 3. Fields refused by name (deprecated or outside the contract), alphabetically.
-    if let Some(name) = unknown.iter().find(|k| rejected.contains(k)) {
-        return Err(match *name {
-            "functions" | "function_call" => Rejection::unsupported_msg(
-                *name,
-                format!("'{name}' is deprecated by OpenAI and not supported; use 'tools'"),
-            ),
-            other => Rejection::unsupported(other),
-        });
-    }
-
-    // 4. Structured fields and cross-field rules.
+    // 2. Structured fields and cross-field rules.
     if endpoint == Endpoint::Chat {
         let rf = check_response_format(&mut p, get("response_format"))?;
-        let has_tools = check_tools(get("tools"))?;
+        let has_tools = check_tools(&mut p.local_fault, get("tools"))?;
         if has_tools {
             p.tool_names = tool_names(get("tools"));
         }
-        check_tool_choice(get("tool_choice"), has_tools, rf)?;
+        check_tool_choice(&mut p.local_fault, get("tool_choice"), has_tools, rf)?;
         if let Some(best_of) = p.best_of {
             if p.stream {
                 return Err(Rejection::unsupported_msg(
@@ -437,7 +514,13 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         }
     }
 
-    // 5. Any other field this endpoint does not take; the alphabetically first is reported.
+    if let Some(Value::Array(messages)) = get("messages") {
+        p.has_reasoning = messages
+            .iter()
+            .any(|m| m.get("reasoning_content").is_some() || m.get("reasoning").is_some());
+    }
+
+    // 3. Any other field this endpoint does not take; the alphabetically first is reported.
     if let Some(name) = unknown.first() {
         return Err(Rejection::unsupported(*name));
     }
@@ -449,7 +532,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         };
         let ignored =
             matches!(rule, Rule::Hint) && !matches!(m.value, Value::String(_) | Value::Null);
-        if ignored || reach == Ignored {
+        if ignored {
             continue;
         }
         // An empty logit_bias counts as absent.
@@ -459,7 +542,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
             match reach {
                 LocalOnly => p.remote_unsupported.push(name),
                 RemoteOnly => p.local_unsupported.push(name),
-                Both | Ignored => {}
+                Both => {}
             }
         }
         p.spans.push((name, m.start, m.end));
@@ -508,8 +591,8 @@ fn check_field(
                 ))
             }
         },
-        Rule::Messages => p.has_images = check_messages(v)?,
-        Rule::Prompt => check_prompt(v)?,
+        Rule::Messages => p.has_images = check_messages(&mut p.local_fault, v)?,
+        Rule::Prompt => check_prompt(&mut p.local_fault, v)?,
         Rule::Int { min, max } => {
             let n = int_in(name, v, min, max)?;
             if name == "max_completion_tokens" || (name == "max_tokens" && p.max_tokens.is_none()) {
@@ -615,23 +698,21 @@ fn check_field(
             }
         }
         Rule::CompletionsN => {
-            if !v.is_integer() {
-                return Err(Rejection::invalid(name, "'n' must be a positive integer"));
-            }
-            match v.as_i64() {
-                Some(1) => {}
-                Some(n) if n < 1 => {
-                    return Err(Rejection::invalid(name, "'n' must be a positive integer"))
-                }
-                _ => {
-                    return Err(Rejection::unsupported_msg(
+            let n = int_in(name, v, 1, MAX_CHOICES)?;
+            if n > 1 {
+                note(
+                    &mut p.local_fault,
+                    Rejection::unsupported_msg(
                         name,
                         "'n' > 1 is not supported on /v1/completions; use /v1/chat/completions",
-                    ))
-                }
+                    ),
+                );
             }
         }
         Rule::BestOf => p.best_of = Some(int_in(name, v, 1, MAX_CHOICES)? as u32),
+        Rule::CompletionsBestOf => {
+            int_in(name, v, 0, 20)?;
+        }
         Rule::TopLogprobs => {
             int_in(name, v, 0, 20)?;
         }
@@ -644,16 +725,22 @@ fn check_field(
                 ));
             };
             for (k, val) in members {
-                if k != "include_usage" {
-                    return Err(Rejection::unsupported(format!("stream_options.{k}")));
-                }
+                let option = match k.as_ref() {
+                    "include_usage" => "stream_options.include_usage",
+                    "include_obfuscation" => "stream_options.include_obfuscation",
+                    _ => return Err(Rejection::unsupported(format!("stream_options.{k}"))),
+                };
                 match val {
-                    Value::Bool(b) => p.include_usage = *b,
+                    Value::Bool(b) if k == "include_usage" => p.include_usage = *b,
+                    Value::Bool(b) => {
+                        p.include_obfuscation = Some(*b);
+                        note(&mut p.local_fault, Rejection::unsupported(option));
+                    }
                     Value::Null => {}
                     _ => {
                         return Err(Rejection::invalid(
-                            "stream_options.include_usage",
-                            "'stream_options.include_usage' must be a boolean",
+                            option,
+                            format!("'{option}' must be a boolean"),
                         ))
                     }
                 }
@@ -668,7 +755,81 @@ fn check_field(
                 ));
             }
         }
+        Rule::EnumArray(allowed) => {
+            let ok = matches!(v, Value::Array(items)
+                if items.iter().all(|i| i.as_str().is_some_and(|s| allowed.contains(&s))));
+            if !ok {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'{name}' must be an array of {}", allowed.join(", ")),
+                ));
+            }
+        }
+        Rule::Metadata => check_metadata(v)?,
+        Rule::Functions => {
+            let ok = matches!(v, Value::Array(items)
+                if (1..=MAX_REMOTE_TOOLS).contains(&items.len())
+                && items.iter().all(|f| f.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty())));
+            if !ok {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("'functions' must be 1 to {MAX_REMOTE_TOOLS} objects with a 'name'"),
+                ));
+            }
+        }
+        Rule::FunctionCall => {
+            let ok = match v {
+                Value::String(s) => matches!(s.as_ref(), "none" | "auto"),
+                obj @ Value::Object(_) => obj.get("name").and_then(Value::as_str).is_some(),
+                _ => false,
+            };
+            if !ok {
+                return Err(Rejection::invalid(
+                    name,
+                    "'function_call' must be none, auto or {\"name\": ...}",
+                ));
+            }
+        }
         Rule::Structured => {}
+    }
+    Ok(())
+}
+
+/// Keep the first SIE-only fault (see [`Parsed::local_fault`]).
+fn note(fault: &mut Option<Rejection>, rejection: Rejection) {
+    if fault.is_none() {
+        *fault = Some(rejection);
+    }
+}
+
+fn check_metadata(v: &Value) -> Result<(), Rejection> {
+    let Value::Object(members) = v else {
+        return Err(Rejection::invalid(
+            "metadata",
+            "'metadata' must be an object",
+        ));
+    };
+    if members.len() > MAX_METADATA_PAIRS {
+        return Err(Rejection::invalid(
+            "metadata",
+            format!("'metadata' may have at most {MAX_METADATA_PAIRS} pairs"),
+        ));
+    }
+    for (key, value) in members {
+        let ok = key.chars().count() <= MAX_METADATA_KEY
+            && value
+                .as_str()
+                .is_some_and(|s| s.chars().count() <= MAX_METADATA_VALUE);
+        if !ok {
+            // The key is not echoed back: it is client bytes of any length.
+            return Err(Rejection::invalid(
+                "metadata",
+                format!(
+                    "'metadata' keys are strings of at most {MAX_METADATA_KEY} characters, \
+                     values strings of at most {MAX_METADATA_VALUE}"
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -689,18 +850,36 @@ fn int_in(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, Rejection> {
     }
 }
 
-fn check_prompt(v: &Value) -> Result<(), Rejection> {
+/// OpenAI's prompt forms (a string, strings, token ids, arrays of token ids); SIE takes
+/// one string (alone or in a one-element array).
+fn check_prompt(fault: &mut Option<Rejection>, v: &Value) -> Result<(), Rejection> {
+    let tokens = |t: &Value| matches!(t, Value::Array(ids) if !ids.is_empty() && ids.iter().all(Value::is_integer));
     match v {
-        Value::String(_) => Ok(()),
-        Value::Array(items) if items.len() == 1 && items[0].as_str().is_some() => Ok(()),
+        Value::String(_) => {}
+        Value::Array(items) if items.len() == 1 && items[0].as_str().is_some() => {}
         Value::Array(items) if items.len() > 1 && items.iter().all(|i| i.as_str().is_some()) => {
-            Err(Rejection::unsupported_msg(
+            note(
+                fault,
+                Rejection::unsupported_msg(
+                    "prompt",
+                    "batched array prompts are not supported; send one prompt string",
+                ),
+            )
+        }
+        Value::Array(items) if tokens(v) || (!items.is_empty() && items.iter().all(tokens)) => {
+            note(
+                fault,
+                Rejection::invalid("prompt", "'prompt' must be a string"),
+            )
+        }
+        _ => {
+            return Err(Rejection::invalid(
                 "prompt",
-                "batched array prompts are not supported; send one prompt string",
+                "'prompt' must be a string, an array of strings or token ids",
             ))
         }
-        _ => Err(Rejection::invalid("prompt", "'prompt' must be a string")),
     }
+    Ok(())
 }
 
 fn check_logit_bias(v: &Value) -> Result<(), Rejection> {
@@ -742,7 +921,7 @@ fn check_logit_bias(v: &Value) -> Result<(), Rejection> {
 }
 
 /// Returns whether any message carries an image part.
-fn check_messages(v: &Value) -> Result<bool, Rejection> {
+fn check_messages(fault: &mut Option<Rejection>, v: &Value) -> Result<bool, Rejection> {
     let Value::Array(messages) = v else {
         return Err(Rejection::invalid(
             "messages",
@@ -765,6 +944,17 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
         };
         let role = match m.get("role").and_then(Value::as_str) {
             Some(r) if ROLES.contains(&r) => r,
+            // OpenAI's deprecated function result message (`name` + `content`).
+            Some(r @ "function") => {
+                note(
+                    fault,
+                    Rejection::invalid(
+                        format!("messages[{i}].role"),
+                        format!("'role' must be one of {}", ROLES.join(", ")),
+                    ),
+                );
+                r
+            }
             _ => {
                 return Err(Rejection::invalid(
                     format!("messages[{i}].role"),
@@ -772,12 +962,28 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
                 ))
             }
         };
-        for (k, _) in members {
-            if !MESSAGE_KEYS.contains(&k.as_ref()) {
+        for (k, value) in members {
+            if REMOTE_MESSAGE_KEYS.contains(&k.as_ref()) {
+                if !matches!(value, Value::Object(_) | Value::Null) {
+                    return Err(Rejection::invalid(
+                        format!("messages[{i}].{k}"),
+                        format!("'{k}' must be an object"),
+                    ));
+                }
+                note(fault, Rejection::unsupported(format!("messages[{i}].{k}")));
+            } else if !MESSAGE_KEYS.contains(&k.as_ref()) {
                 return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
             }
         }
         let field = |k: &str| m.get(k).filter(|v| !v.is_null());
+        for k in ["reasoning_content", "reasoning"] {
+            if field(k).is_some_and(|r| r.as_str().is_none()) {
+                return Err(Rejection::invalid(
+                    format!("messages[{i}].{k}"),
+                    format!("'{k}' must be a string"),
+                ));
+            }
+        }
         if let Some(name) = field("name") {
             if name.as_str().is_none() {
                 return Err(Rejection::invalid(
@@ -803,7 +1009,7 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
                         "'tool_calls' is allowed only on assistant messages",
                     ));
                 }
-                check_tool_calls(i, calls)?;
+                check_tool_calls(fault, i, calls)?;
                 true
             }
         };
@@ -823,6 +1029,8 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
         }
         match field("content") {
             None if role == "assistant" && has_tool_calls => {}
+            None if role == "assistant" && field("function_call").is_some() => {}
+            None if role == "function" => {}
             None => {
                 return Err(Rejection::unsupported_msg(
                     format!("messages[{i}].content"),
@@ -832,7 +1040,7 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
             Some(Value::String(_)) => {}
             Some(Value::Array(parts)) if !parts.is_empty() => {
                 for (j, part) in parts.iter().enumerate() {
-                    has_images |= check_part(i, j, part)?;
+                    has_images |= check_part(fault, i, j, part)?;
                 }
             }
             Some(_) => {
@@ -846,7 +1054,11 @@ fn check_messages(v: &Value) -> Result<bool, Rejection> {
     Ok(has_images)
 }
 
-fn check_tool_calls(i: usize, calls: &Value) -> Result<(), Rejection> {
+fn check_tool_calls(
+    fault: &mut Option<Rejection>,
+    i: usize,
+    calls: &Value,
+) -> Result<(), Rejection> {
     let at = |j: usize, tail: &str| format!("messages[{i}].tool_calls[{j}]{tail}");
     let Value::Array(items) = calls else {
         return Err(Rejection::invalid(
@@ -877,11 +1089,37 @@ fn check_tool_calls(i: usize, calls: &Value) -> Result<(), Rejection> {
                 "'id' must be a non-empty string",
             ));
         }
-        if call.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(Rejection::invalid(
-                at(j, ".type"),
-                "'type' must be \"function\"",
-            ));
+        match call.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            // OpenAI's custom tool call: `{"custom": {"name", "input"}}`.
+            Some("custom") => {
+                let custom = call.get("custom");
+                if custom
+                    .and_then(|c| c.get("name"))
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                    || custom
+                        .and_then(|c| c.get("input"))
+                        .and_then(Value::as_str)
+                        .is_none()
+                {
+                    return Err(Rejection::invalid(
+                        at(j, ".custom"),
+                        "'custom' must be an object with a 'name' and a string 'input'",
+                    ));
+                }
+                note(
+                    fault,
+                    Rejection::invalid(at(j, ".type"), "'type' must be \"function\""),
+                );
+                continue;
+            }
+            _ => {
+                return Err(Rejection::invalid(
+                    at(j, ".type"),
+                    "'type' must be \"function\" or \"custom\"",
+                ))
+            }
         }
         let Some(f @ Value::Object(_)) = call.get("function") else {
             return Err(Rejection::invalid(
@@ -909,7 +1147,12 @@ fn check_tool_calls(i: usize, calls: &Value) -> Result<(), Rejection> {
 }
 
 /// Returns whether the part is an image.
-fn check_part(i: usize, j: usize, part: &Value) -> Result<bool, Rejection> {
+fn check_part(
+    fault: &mut Option<Rejection>,
+    i: usize,
+    j: usize,
+    part: &Value,
+) -> Result<bool, Rejection> {
     let path = |tail: &str| format!("messages[{i}].content[{j}]{tail}");
     if !matches!(part, Value::Object(_)) {
         return Err(Rejection::invalid(
@@ -958,6 +1201,25 @@ fn check_part(i: usize, j: usize, part: &Value) -> Result<bool, Rejection> {
                 }
             }
             Ok(true)
+        }
+        // OpenAI's audio, file and (assistant) refusal parts: remote only.
+        "input_audio" | "file" | "refusal" => {
+            let ok = match kind {
+                "input_audio" => matches!(part.get("input_audio"), Some(Value::Object(_))),
+                "file" => matches!(part.get("file"), Some(Value::Object(_))),
+                _ => part.get("refusal").and_then(Value::as_str).is_some(),
+            };
+            if !ok {
+                return Err(Rejection::invalid(
+                    path(&format!(".{kind}")),
+                    format!("a '{kind}' part needs its '{kind}' member"),
+                ));
+            }
+            note(
+                fault,
+                Rejection::unsupported_msg(path(".type"), "unsupported content part type"),
+            );
+            Ok(false)
         }
         _ => Err(Rejection::unsupported_msg(
             path(".type"),
@@ -1047,29 +1309,43 @@ fn check_response_format(p: &mut Parsed, v: Option<&Value>) -> Result<Constraint
     }
 }
 
-/// The function names of validated `tools`.
+/// The names of validated `tools` (a function tool's, a custom tool's).
 fn tool_names(v: Option<&Value>) -> Vec<String> {
     let Some(Value::Array(items)) = v else {
         return Vec::new();
     };
     items
         .iter()
-        .filter_map(|t| t.get("function")?.get("name")?.as_str().map(str::to_owned))
+        .filter_map(|t| {
+            let kind = t.get("function").or_else(|| t.get("custom"))?;
+            kind.get("name")?.as_str().map(str::to_owned)
+        })
         .collect()
 }
 
-/// Returns whether tools were given.
-fn check_tools(v: Option<&Value>) -> Result<bool, Rejection> {
+/// Returns whether tools were given. OpenAI's rules (function and custom tools, at most
+/// [`MAX_REMOTE_TOOLS`]); SIE's stricter ones (function tools, at most [`MAX_TOOLS`]) are
+/// noted as the local fault.
+fn check_tools(fault: &mut Option<Rejection>, v: Option<&Value>) -> Result<bool, Rejection> {
     let items = match v {
         None | Some(Value::Null) => return Ok(false),
-        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_TOOLS => items,
+        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_REMOTE_TOOLS => items,
         Some(_) => {
             return Err(Rejection::invalid(
                 "tools",
-                format!("'tools' must be a non-empty array of at most {MAX_TOOLS} tools"),
+                format!("'tools' must be a non-empty array of at most {MAX_REMOTE_TOOLS} tools"),
             ))
         }
     };
+    if items.len() > MAX_TOOLS {
+        note(
+            fault,
+            Rejection::invalid(
+                "tools",
+                format!("'tools' must be a non-empty array of at most {MAX_TOOLS} tools"),
+            ),
+        );
+    }
     for (i, tool) in items.iter().enumerate() {
         let Value::Object(members) = tool else {
             return Err(Rejection::invalid(
@@ -1078,15 +1354,26 @@ fn check_tools(v: Option<&Value>) -> Result<bool, Rejection> {
             ));
         };
         for (k, _) in members {
-            if k != "type" && k != "function" {
+            if k != "type" && k != "function" && k != "custom" {
                 return Err(Rejection::unsupported(format!("tools[{i}].{k}")));
             }
         }
-        if tool.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(Rejection::invalid(
-                format!("tools[{i}].type"),
-                "'type' must be \"function\"",
-            ));
+        match tool.get("type").and_then(Value::as_str) {
+            Some("function") => {}
+            Some("custom") => {
+                check_custom_tool(i, tool)?;
+                note(
+                    fault,
+                    Rejection::invalid(format!("tools[{i}].type"), "'type' must be \"function\""),
+                );
+                continue;
+            }
+            _ => {
+                return Err(Rejection::invalid(
+                    format!("tools[{i}].type"),
+                    "'type' must be \"function\" or \"custom\"",
+                ))
+            }
         }
         let Some(Value::Object(fmembers)) = tool.get("function") else {
             return Err(Rejection::invalid(
@@ -1119,7 +1406,49 @@ fn check_tools(v: Option<&Value>) -> Result<bool, Rejection> {
     Ok(true)
 }
 
-fn check_tool_choice(v: Option<&Value>, has_tools: bool, rf: Constraint) -> Result<(), Rejection> {
+/// OpenAI's custom tool: `{"type": "custom", "custom": {"name", "description"?, "format"?}}`.
+fn check_custom_tool(i: usize, tool: &Value) -> Result<(), Rejection> {
+    let Some(custom @ Value::Object(members)) = tool.get("custom") else {
+        return Err(Rejection::invalid(
+            format!("tools[{i}].custom"),
+            "'custom' must be an object",
+        ));
+    };
+    for (k, cv) in members {
+        let ok = match k.as_ref() {
+            "name" => cv.as_str().is_some_and(|s| !s.is_empty()),
+            "description" => matches!(cv, Value::String(_) | Value::Null),
+            "format" => matches!(cv, Value::Object(_) | Value::Null),
+            _ => return Err(Rejection::unsupported(format!("tools[{i}].custom.{k}"))),
+        };
+        if !ok {
+            return Err(Rejection::invalid(
+                format!("tools[{i}].custom.{k}"),
+                format!("bad value for '{k}'"),
+            ));
+        }
+    }
+    if custom.get("name").is_none() {
+        return Err(Rejection::invalid(
+            format!("tools[{i}].custom.name"),
+            "'name' is required",
+        ));
+    }
+    Ok(())
+}
+
+fn check_tool_choice(
+    fault: &mut Option<Rejection>,
+    v: Option<&Value>,
+    has_tools: bool,
+    rf: Constraint,
+) -> Result<(), Rejection> {
+    let named = |obj: &Value, kind: &str| {
+        obj.get(kind)
+            .and_then(|f| f.get("name"))
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty())
+    };
     let forcing = match v {
         None | Some(Value::Null) => return Ok(()),
         Some(Value::String(s)) => match s.as_ref() {
@@ -1132,21 +1461,23 @@ fn check_tool_choice(v: Option<&Value>, has_tools: bool, rf: Constraint) -> Resu
                 ))
             }
         },
-        Some(obj @ Value::Object(_)) => {
-            let named = obj.get("type").and_then(Value::as_str) == Some("function")
-                && obj
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .is_some_and(|n| !n.is_empty());
-            if !named {
-                return Err(Rejection::invalid(
-                    "tool_choice",
-                    "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                ));
+        Some(obj @ Value::Object(_)) => match obj.get("type").and_then(Value::as_str) {
+            Some("function") if named(obj, "function") => true,
+            // OpenAI's custom and allowed-tools choices: remote only.
+            Some("custom") if named(obj, "custom") => {
+                note(fault, tool_choice_object_fault());
+                true
             }
-            true
-        }
+            Some("allowed_tools")
+                if obj
+                    .get("allowed_tools")
+                    .is_some_and(|a| matches!(a.get("tools"), Some(Value::Array(_)))) =>
+            {
+                note(fault, tool_choice_object_fault());
+                false
+            }
+            _ => return Err(tool_choice_object_fault()),
+        },
         Some(_) => {
             return Err(Rejection::invalid(
                 "tool_choice",
@@ -1161,12 +1492,22 @@ fn check_tool_choice(v: Option<&Value>, has_tools: bool, rf: Constraint) -> Resu
         ));
     }
     if forcing && rf == Constraint::Structured {
-        return Err(Rejection::invalid(
-            "tool_choice",
-            "a forcing 'tool_choice' cannot be combined with a structured 'response_format'",
-        ));
+        note(
+            fault,
+            Rejection::invalid(
+                "tool_choice",
+                "a forcing 'tool_choice' cannot be combined with a structured 'response_format'",
+            ),
+        );
     }
     Ok(())
+}
+
+fn tool_choice_object_fault() -> Rejection {
+    Rejection::invalid(
+        "tool_choice",
+        "'tool_choice' object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+    )
 }
 
 #[cfg(test)]
@@ -1251,13 +1592,33 @@ mod tests {
             ),
             (r#""tool_choice":"auto""#, "invalid_request", "tool_choice"),
             (r#""zeta":1,"alpha":2"#, "unsupported_field", "alpha"),
-            (r#""alpha":1,"store":true"#, "unsupported_field", "store"),
+            (r#""alpha":1,"store":true"#, "unsupported_field", "alpha"),
+            (r#""store":"yes""#, "invalid_request", "store"),
+            (
+                r#""service_tier":"cheap""#,
+                "invalid_request",
+                "service_tier",
+            ),
+            (r#""modalities":["video"]"#, "invalid_request", "modalities"),
+            (r#""metadata":{"a":1}"#, "invalid_request", "metadata"),
+            (r#""verbosity":"loud""#, "invalid_request", "verbosity"),
+            (r#""audio":"alloy""#, "invalid_request", "audio"),
+            (
+                r#""function_call":"always""#,
+                "invalid_request",
+                "function_call",
+            ),
+            (
+                r#""stream_options":{"include_obfuscation":1}"#,
+                "invalid_request",
+                "stream_options.include_obfuscation",
+            ),
             (
                 r#""zeta":1,"tool_choice":"auto""#,
                 "invalid_request",
                 "tool_choice",
             ),
-            (r#""functions":[]"#, "unsupported_field", "functions"),
+            (r#""functions":[]"#, "invalid_request", "functions"),
             (
                 r#""temperature":-1,"zzz":1"#,
                 "invalid_request",
@@ -1332,7 +1693,7 @@ mod tests {
         let out = p.upstream_body(body, "gpt-4o", &["top_k"], &[]);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#
+            r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"safety_identifier":"u1"}"#
         );
     }
 
@@ -1372,6 +1733,40 @@ mod tests {
         assert!(out(&neither, &[], &[("top_k", "a\"b")]).ends_with(r#""a\"b":3}"#));
     }
 
+    #[test]
+    fn upstream_body_asks_usage() {
+        let out = |extra: &str, omit: &[&str]| {
+            let body = format!("{BASE},{extra}}}");
+            let p = parse_chat(body.as_bytes()).unwrap();
+            let add = Additions {
+                ask_usage: true,
+                ..Additions::default()
+            };
+            String::from_utf8(p.upstream_body_with(body.as_bytes(), "up", omit, &[], add)).unwrap()
+        };
+        let msgs = r#""messages":[{"role":"user","content":"hi"}]"#;
+        assert_eq!(
+            out(r#""stream":true"#, &[]),
+            format!(
+                r#"{{"model":"up",{msgs},"stream":true,"stream_options":{{"include_usage":true}}}}"#
+            )
+        );
+        assert_eq!(
+            out(
+                r#""stream_options":{"include_obfuscation":false,"include_usage":false},"stream":true"#,
+                &[]
+            ),
+            format!(
+                r#"{{"model":"up",{msgs},"stream_options":{{"include_usage":true,"include_obfuscation":false}},"stream":true}}"#
+            )
+        );
+        // Asked already, not streaming, or the provider takes no stream_options: as sent.
+        let asked = r#""stream":true,"stream_options":{ "include_usage": true }"#;
+        assert!(out(asked, &[]).ends_with(r#""stream_options":{ "include_usage": true }}"#));
+        assert!(!out(r#""stream":false"#, &[]).contains("stream_options"));
+        assert!(!out(r#""stream":true"#, &["stream_options"]).contains("stream_options"));
+    }
+
     /// Every row's reach, spelled out: what edgegw/providers.py (OPENAI_CHAT_FIELDS,
     /// OPENAI_COMPLETIONS_FIELDS) and edgegw/local/contract.py (LOCAL_UNSUPPORTED) held
     /// when the reach moved here; tests/test_core_rules.py checks the same against them.
@@ -1395,18 +1790,43 @@ mod tests {
         );
         assert_eq!(
             names(CHAT_FIELDS, RemoteOnly),
-            ["reasoning_effort", "reasoning_format"]
+            [
+                "audio",
+                "function_call",
+                "functions",
+                "metadata",
+                "modalities",
+                "moderation",
+                "prediction",
+                "prompt_cache_options",
+                "prompt_cache_retention",
+                "reasoning_effort",
+                "reasoning_format",
+                "service_tier",
+                "store",
+                "verbosity",
+                "web_search_options"
+            ]
         );
-        assert_eq!(names(CHAT_FIELDS, Ignored), ["safety_identifier"]);
-        assert_eq!(names(CHAT_FIELDS, Both).len(), CHAT_FIELDS.len() - 9);
+        assert_eq!(names(CHAT_FIELDS, Both).len(), CHAT_FIELDS.len() - 21);
         assert_eq!(
-            names(COMPLETIONS_FIELDS, Both).len(),
-            COMPLETIONS_FIELDS.len()
+            names(COMPLETIONS_FIELDS, RemoteOnly),
+            [
+                "best_of",
+                "echo",
+                "logit_bias",
+                "logprobs",
+                "stream_options",
+                "suffix",
+                "user"
+            ]
         );
+        assert!(names(COMPLETIONS_FIELDS, LocalOnly).is_empty());
 
-        let p = chat(r#""top_k":3,"reasoning_effort":"low","min_tokens":null,"safety_identifier":"s","best_of":1"#).unwrap();
+        let p = chat(r#""top_k":3,"reasoning_effort":"low","min_tokens":null,"safety_identifier":"s","best_of":1,"store":true"#).unwrap();
         assert_eq!(p.remote_unsupported, ["best_of", "top_k"]);
-        assert_eq!(p.local_unsupported, ["reasoning_effort"]);
+        assert_eq!(p.local_unsupported, ["reasoning_effort", "store"]);
+        assert!(p.fields.contains(&"safety_identifier"));
         let p = chat("").unwrap();
         assert!(p.remote_unsupported.is_empty() && p.local_unsupported.is_empty());
     }
@@ -1417,20 +1837,33 @@ mod tests {
             let e = parse_completions(body.as_bytes()).expect_err(body);
             (e.code(), e.param().map(str::to_owned))
         };
+        let local = |body: &str| {
+            let p = parse_completions(body.as_bytes()).expect(body);
+            let e = p.local_fault.expect(body);
+            (e.code(), e.param().map(str::to_owned))
+        };
         assert_eq!(
             bad(r#"{"model":"m","prompt":"p","echo":true,"temperature":-5}"#),
-            ("unsupported_field", Some("echo".into()))
+            ("invalid_request", Some("temperature".into()))
         );
         assert_eq!(
-            bad(r#"{"model":"m","prompt":["a","b"]}"#),
+            local(r#"{"model":"m","prompt":["a","b"]}"#),
             ("unsupported_field", Some("prompt".into()))
+        );
+        assert_eq!(
+            local(r#"{"model":"m","prompt":[[1,2],[3]]}"#),
+            ("invalid_request", Some("prompt".into()))
         );
         assert_eq!(
             bad(r#"{"model":"m","prompt":[]}"#),
             ("invalid_request", Some("prompt".into()))
         );
         assert_eq!(
-            bad(r#"{"model":"m","prompt":"p","n":2}"#),
+            bad(r#"{"model":"m","prompt":[[]]}"#),
+            ("invalid_request", Some("prompt".into()))
+        );
+        assert_eq!(
+            local(r#"{"model":"m","prompt":"p","n":2}"#),
             ("unsupported_field", Some("n".into()))
         );
         assert_eq!(
@@ -1438,9 +1871,98 @@ mod tests {
             ("invalid_request", Some("n".into()))
         );
         assert_eq!(
+            bad(r#"{"model":"m","prompt":"p","logprobs":6}"#),
+            ("invalid_request", Some("logprobs".into()))
+        );
+        assert_eq!(
             bad(r#"{"model":"m","prompt":"p","top_k":2}"#),
             ("unsupported_field", Some("top_k".into()))
         );
-        assert!(parse_completions(br#"{"model":"m","prompt":["one"],"max_tokens":5}"#).is_ok());
+        let p = parse_completions(br#"{"model":"m","prompt":["one"],"max_tokens":5}"#).unwrap();
+        assert!(p.local_fault.is_none());
+        let p = parse_completions(
+            br#"{"model":"m","prompt":"p","echo":true,"suffix":"s","best_of":2,"user":"u"}"#,
+        )
+        .unwrap();
+        assert_eq!(p.local_unsupported, ["best_of", "echo", "suffix", "user"]);
+    }
+
+    /// OpenAI values the SIE contract refuses: accepted, the first kept as the local fault.
+    #[test]
+    fn local_faults() {
+        let tools = |n: usize| {
+            let one = r#"{"type":"function","function":{"name":"f"}}"#;
+            format!(r#""tools":[{}]"#, vec![one; n].join(","))
+        };
+        let custom = r#"{"type":"custom","custom":{"name":"c"}}"#;
+        let audio_part = r#"{"type":"input_audio","input_audio":{"data":"AA==","format":"wav"}}"#;
+        let cases: Vec<(String, &str, &str)> = vec![
+            (tools(65), "invalid_request", "tools"),
+            (tools(128), "invalid_request", "tools"),
+            (format!(r#""tools":[{custom}]"#), "invalid_request", "tools[0].type"),
+            (
+                format!(r#"{},"tool_choice":"required","response_format":{{"type":"json_object"}}"#, tools(1)),
+                "invalid_request",
+                "tool_choice",
+            ),
+            (
+                format!(r#"{},"tool_choice":{{"type":"allowed_tools","allowed_tools":{{"mode":"auto","tools":[]}}}}"#, tools(1)),
+                "invalid_request",
+                "tool_choice",
+            ),
+            (
+                r#""stream_options":{"include_obfuscation":false}"#.into(),
+                "unsupported_field",
+                "stream_options.include_obfuscation",
+            ),
+            (
+                format!(r#""messages":[{{"role":"user","content":[{audio_part}]}}]"#),
+                "unsupported_field",
+                "messages[0].content[0].type",
+            ),
+            (
+                r#""messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b","audio":{"id":"x"}}]"#.into(),
+                "unsupported_field",
+                "messages[1].audio",
+            ),
+            (
+                r#""messages":[{"role":"function","name":"f","content":"r"}]"#.into(),
+                "invalid_request",
+                "messages[0].role",
+            ),
+            (
+                r#""messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"custom","custom":{"name":"c","input":"x"}}]}]"#.into(),
+                "invalid_request",
+                "messages[0].tool_calls[0].type",
+            ),
+        ];
+        let parse = |extra: &str| {
+            if extra.starts_with(r#""messages""#) {
+                parse_chat(format!(r#"{{"model":"m",{extra}}}"#).as_bytes())
+            } else {
+                chat(extra)
+            }
+        };
+        for (extra, code, param) in &cases {
+            let p = parse(extra).unwrap_or_else(|e| panic!("{extra}: {e}"));
+            let f = p.local_fault.expect(extra);
+            assert_eq!((f.code(), f.param()), (*code, Some(*param)), "{extra}");
+        }
+        // Past OpenAI's own bounds: refused for every target.
+        assert_eq!(
+            err(&tools(129)),
+            (400, "invalid_request", Some("tools".into()))
+        );
+        assert!(chat(&tools(64)).unwrap().local_fault.is_none());
+        // The reference's reasoning members, on any message.
+        let p = parse(r#""messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a","reasoning_content":"r","reasoning":null}]"#).unwrap();
+        assert!(p.local_fault.is_none() && p.has_reasoning);
+        assert!(!chat("").unwrap().has_reasoning);
+        let e =
+            parse(r#""messages":[{"role":"assistant","content":"a","reasoning":5}]"#).unwrap_err();
+        assert_eq!(
+            (e.code(), e.param()),
+            ("invalid_request", Some("messages[0].reasoning"))
+        );
     }
 }

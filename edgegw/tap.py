@@ -1,0 +1,78 @@
+"""What a relay reads from the events it passes on: usage and tool-call names (`tap`), and,
+for a client that did not ask for usage the gateway asked for, the events written again
+without it (`without_usage`)."""
+
+from __future__ import annotations
+
+import orjson
+
+from edgegw._core import SseEvent
+from edgegw.exchange import Outcome
+
+# Finish reasons kept per answer (one per choice; `n` is bounded by the providers).
+MAX_FINISH_REASONS = 128
+
+
+def has_usage(data: bytes) -> bool:
+    # Many providers send `"usage":null` on every chunk; only a real object is worth parsing.
+    return b'"usage":' in data and b'"usage":null' not in data
+
+
+def without_usage(events: list[SseEvent]) -> bytes:
+    """Whole events written again without the usage the client did not ask for: a chunk
+    that carries only usage (no choices) is dropped, a content chunk loses its `usage`."""
+    out = bytearray()
+    for event in events:
+        data = event.data
+        if not event.is_done and has_usage(data):
+            try:
+                doc = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict):
+                if not doc.get("choices"):
+                    continue
+                del doc["usage"]
+                data = orjson.dumps(doc)
+        if event.event is not None:
+            out += b"event: " + event.event.encode() + b"\n"
+        if event.id is not None:
+            out += b"id: " + event.id.encode() + b"\n"
+        for line in data.split(b"\n"):
+            out += b"data: " + line + b"\n"
+        out += b"\n"
+    return bytes(out)
+
+
+def tap(data: bytes, outcome: Outcome, part: str) -> None:
+    """Usage and tool-call names from a stream chunk (`part` "delta") or a whole
+    non-streaming answer (`part` "message")."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    usage = doc.get("usage")
+    if isinstance(usage, dict):
+        outcome.usage = usage
+    model = doc.get("model")
+    if isinstance(model, str):
+        outcome.response_model = model
+    for choice in doc.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        _collect_tool_calls(choice.get(part), outcome)
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str) and len(outcome.finish_reasons) < MAX_FINISH_REASONS:
+            outcome.finish_reasons.append(reason)
+
+
+def _collect_tool_calls(message: object, outcome: Outcome) -> None:
+    if not isinstance(message, dict):
+        return
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") if isinstance(call, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and name:  # streamed calls name the function once
+            outcome.tool_calls.append(name)
