@@ -4,7 +4,7 @@ class: none can be subclassed (@final), only those with a `__new__` below can be
 from Python, and their attributes are read-only (properties)."""
 
 from collections.abc import Sequence
-from typing import Self, final
+from typing import Any, Self, final
 
 __all__ = [
     "RequestError",
@@ -34,6 +34,7 @@ __all__ = [
     "detect_sensitive",
     "redact_text",
     "redact_json",
+    "encode_otlp_spans",
 ]
 
 MAX_JSON_DEPTH: int
@@ -234,3 +235,22 @@ class GuardPolicy:
 def detect_sensitive(text: str) -> list[str]: ...
 def redact_text(text: str) -> str: ...
 def redact_json(body: bytes) -> bytes: ...
+
+# OTLP trace export (rust/src/otlp_trace.rs). A span: (name, (trace id, span id, parent
+# span id or None), remote parent, kind, attributes, events (name, attributes, time ns) or
+# None, (start ns, end ns), error, tracestate).
+_OtlpSpan = tuple[
+    str,
+    tuple[int, int, int | None],
+    bool,
+    int,
+    dict[str, Any],
+    list[tuple[str, dict[str, Any], int]] | None,
+    tuple[int, int],
+    bool,
+    str,
+]
+
+def encode_otlp_spans(
+    resource: dict[str, Any], scope_name: str, scope_version: str, spans: list[_OtlpSpan]
+) -> bytes: ...

@@ -20,9 +20,10 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "MCP_RESPONSE_HEADER_TIMEOUT": "each MCP request is bounded whole by MCP_REQUEST_TIMEOUT",
     "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
     # The OpenTelemetry SDK's own variables that edgegw fixes (edgegw.telemetry.tracing);
-    # the SDK honours OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS,
-    # _COMPRESSION, _CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE, OTEL_SERVICE_NAME and
-    # OTEL_RESOURCE_ATTRIBUTES; edgegw reads OTEL_TRACES_SAMPLER(_ARG) (settings).
+    # the SDK honours OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _COMPRESSION, _CERTIFICATE,
+    # _CLIENT_KEY, _CLIENT_CERTIFICATE, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES;
+    # edgegw reads OTEL_TRACES_SAMPLER(_ARG) (settings) and OTEL_BSP_SCHEDULE_DELAY
+    # (edgegw.telemetry.otelsdk, its export thread).
     "OTEL_BSP_MAX_QUEUE_SIZE": "edgegw bounds the export queue at 2048 spans",
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "edgegw exports 512 spans per request at most",
     "OTEL_BSP_EXPORT_TIMEOUT": "edgegw bounds each export at 5 s",

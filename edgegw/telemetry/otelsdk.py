@@ -1,33 +1,59 @@
-"""The OpenTelemetry SDK's export pipeline, built class by class (no entry points: the
-frozen binary has none). Imported only when tracing is on (edgegw.telemetry.tracing)."""
+"""The export pipeline: ended spans as plain tuples, batched by an export thread of
+edgegw's own, encoded in the Rust core (`encode_otlp_spans`, rust/src/otlp_trace.rs) and
+POSTed by the OpenTelemetry SDK's OTLP/HTTP exporter client. Imported only when tracing is
+on (edgegw.telemetry.tracing); the SDK's parts are built by class (no entry points: the
+frozen binary has none).
+
+The SDK still reads the client's `traceparent` (its W3C propagator), detects the resource
+(OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and sends each batch: `OTLPSpanExporter`'s
+HTTP client, so its endpoint, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _COMPRESSION,
+_CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE handling, retries with backoff and timeout
+are the SDK's. What it no longer does is turn each span into a `ReadableSpan`, queue it in
+its `BatchSpanProcessor` and encode it with `encode_spans` (the protobuf message built in
+Python, one call per span, attribute and value): measured to be the bottleneck, replaced
+here. Four spans a request (server, parse, route, upstream attempt), in process, one
+micro-run: ReadableSpan + BatchSpanProcessor.on_end + encode_spans RS_BEFORE µs, the
+tuple + `encode_otlp_spans` RS_AFTER µs (load RS_LOAD); through a gateway, bench.tracing
+(bench/README.md): tracing every request +415..692 µs before, BENCH_AFTER after.
+OTEL_BSP_SCHEDULE_DELAY (default 5000 ms) is honoured as the SDK's processor did: a batch
+leaves when EXPORT_BATCH_SPANS spans wait or the delay has passed.
+"""
 
 from __future__ import annotations
 
+import collections
+import logging
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import (
-    SpanContext,
-    SpanKind,
-    Status,
-    StatusCode,
-    TraceFlags,
-    TraceState,
-    get_current_span,
-)
+from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from edgegw._core import encode_otlp_spans
 from edgegw.telemetry.spanqueue import SpanQueue
 
-KINDS = {1: SpanKind.INTERNAL, 2: SpanKind.SERVER, 3: SpanKind.CLIENT}
-SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-OK, ERROR = Status(StatusCode.UNSET), Status(StatusCode.ERROR)
+log = logging.getLogger("edgegw.tracing")
+
+# The SDK's batch processor's default wait between exports (OTEL_BSP_SCHEDULE_DELAY, ms).
+DEFAULT_SCHEDULE_DELAY_MS = 5000
+# force_flush waits at most this long for the batches before it (the SDK's default).
+FLUSH_TIMEOUT_S = 30.0
+
+
+def schedule_delay_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
+    """OTEL_BSP_SCHEDULE_DELAY in seconds; the default when unset or not a positive int."""
+    raw = environ.get("OTEL_BSP_SCHEDULE_DELAY", "")
+    try:
+        ms = int(raw) if raw else DEFAULT_SCHEDULE_DELAY_MS
+    except ValueError:
+        log.warning("OTEL_BSP_SCHEDULE_DELAY=%r is not an integer: using 5000 ms", raw)
+        ms = DEFAULT_SCHEDULE_DELAY_MS
+    return (ms if ms > 0 else DEFAULT_SCHEDULE_DELAY_MS) / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,46 +66,36 @@ class Parent:
     state: str
 
 
-class _Resource(Resource):
-    """The process's resource, its hash computed once: the SDK's encoder groups every span
-    by resource, and `Resource.__hash__` JSON-encodes the attributes on each call (a seventh
-    of the encoding time of a span)."""
-
-    def __init__(self, resource: Resource) -> None:
-        super().__init__(resource.attributes, resource.schema_url)
-        self._hash = super().__hash__()
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        return other is self or super().__eq__(other)
-
-
 class Pipeline:
-    """Ended spans, bounded by the queue, through one batch processor (its own thread) to
-    the OTLP/HTTP protobuf exporter."""
+    """Ended spans, bounded by the queue, batched by one export thread, encoded in Rust and
+    sent by the SDK's OTLP/HTTP exporter client (module doc)."""
 
     def __init__(
         self, endpoint: str, version: str, queue: SpanQueue, timeout_s: float, batch: int
     ) -> None:
         self.queue = queue
-        self.resource = _Resource(
-            Resource(
-                {
-                    "service.name": "edgegw",
-                    "service.version": version,
-                    "telemetry.sdk.language": "python",
-                }
-            ).merge(OTELResourceDetector().detect())  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
-        )
-        self.scope = InstrumentationScope("edgegw", version)
-        self.exporter = _Counting(OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s), queue)
-        # The processor's own queue is one larger than ours, so it never drops uncounted.
-        self.processor = BatchSpanProcessor(
-            self.exporter, max_queue_size=queue.limit + 1, max_export_batch_size=batch
-        )
+        self.version = version
+        self.batch = batch
+        resource = Resource(
+            {
+                "service.name": "edgegw",
+                "service.version": version,
+                "telemetry.sdk.language": "python",
+            }
+        ).merge(OTELResourceDetector().detect())  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
+        self.resource: dict[str, Any] = dict(resource.attributes)
+        self.exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
+        # The exporter's HTTP client (headers, compression, TLS, retries, timeout), given
+        # bytes rather than spans to encode; `_client.export(data) -> .success`.
+        self._client: Any = self.exporter._client  # noqa: SLF001
         self.propagator = TraceContextTextMapPropagator()
+        self._spans: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._sending = threading.Lock()  # one batch on the wire at a time, in order
+        self._delay_s = schedule_delay_s()
+        self._thread = threading.Thread(target=self._run, name="edgegw-span-export", daemon=True)
+        self._thread.start()
 
     def parent(self, headers: Sequence[tuple[bytes, bytes]]) -> Parent | None:
         """The client's trace context; None when its `traceparent` is absent or invalid."""
@@ -111,56 +127,42 @@ class Pipeline:
         `ids`: (trace id, span id, parent span id or None); `times`: (start, end) in ns."""
         if not self.queue.admit():
             return
-        trace_id, span_id, parent_id = ids
-        state = TraceState.from_header([trace_state]) if trace_state else None
-        parent = None
-        if parent_id is not None:
-            parent = SpanContext(
-                trace_id, parent_id, is_remote=remote_parent, trace_flags=SAMPLED, trace_state=state
-            )
-        self.processor.on_end(
-            ReadableSpan(
-                name=name,
-                context=SpanContext(
-                    trace_id, span_id, is_remote=False, trace_flags=SAMPLED, trace_state=state
-                ),
-                parent=parent,
-                resource=self.resource,
-                attributes=attributes,
-                events=tuple(Event(n, a, ts) for n, a, ts in events) if events else (),
-                kind=KINDS[kind],
-                status=ERROR if error else OK,
-                start_time=times[0],
-                end_time=times[1],
-                instrumentation_scope=self.scope,
-            )
+        self._spans.append(
+            (name, ids, remote_parent, kind, attributes, events, times, error, trace_state)
         )
+        if len(self._spans) >= self.batch:
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._delay_s)
+            self._wake.clear()
+            self._send()
+
+    def _send(self) -> None:
+        """Export what waits, a batch at a time."""
+        with self._sending:
+            spans = self._spans
+            while spans:
+                batch = [spans.popleft() for _ in range(min(self.batch, len(spans)))]
+                self.queue.taken(len(batch))
+                try:
+                    data = encode_otlp_spans(self.resource, "edgegw", self.version, batch)
+                    ok = bool(self._client.export(data).success)
+                except Exception:  # the client logs what the collector said
+                    log.debug("tracing: export failed", exc_info=True)
+                    ok = False
+                self.queue.done(len(batch), ok)
 
     def force_flush(self) -> bool:
-        return self.processor.force_flush()
+        """Export what is queued now (blocking: call from a thread)."""
+        self._send()
+        return True
 
     def shutdown(self) -> None:
-        self.processor.shutdown()  # type: ignore[no-untyped-call]
-
-
-class _Counting(SpanExporter):
-    """The exporter, telling the queue what it took and what the collector refused."""
-
-    def __init__(self, inner: SpanExporter, queue: SpanQueue) -> None:
-        self.inner = inner
-        self.queue = queue
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        self.queue.taken(len(spans))
-        try:
-            result = self.inner.export(spans)
-        except Exception:  # the SDK's exporter logs its own failures
-            result = SpanExportResult.FAILURE
-        self.queue.done(len(spans), result is SpanExportResult.SUCCESS)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+        """Export what is queued and stop the export thread (blocking)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(FLUSH_TIMEOUT_S)
+        self._send()
+        self.exporter.shutdown()  # type: ignore[no-untyped-call]

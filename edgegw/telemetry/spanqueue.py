@@ -1,5 +1,5 @@
 """The bound on spans waiting for export and the counts of what became of them, shared by
-the tracing hooks (edgegw.telemetry.tracing) and the SDK pipeline (edgegw.telemetry.otelsdk)."""
+the tracing hooks (edgegw.telemetry.tracing) and the export pipeline (edgegw.telemetry.otelsdk)."""
 
 from __future__ import annotations
 

@@ -5,18 +5,22 @@ The OpenTelemetry SDK is imported only when tracing is on (`Tracing`, built by
 pays anything but `call.trace is None`: every hook in the request path is one such check.
 
 The SDK's parts are constructed by class, never looked up by entry-point name (the frozen
-binary has no entry points; edgegw.telemetry.otelsdk): the OTLP/HTTP protobuf exporter, one
-`BatchSpanProcessor` (its own thread: export never runs on the event loop), the W3C trace
-context propagator (reading a client's `traceparent`), a resource of our own attributes plus
-OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES.
+binary has no entry points; edgegw.telemetry.otelsdk): the OTLP/HTTP exporter's HTTP client,
+the W3C trace context propagator (reading a client's `traceparent`), a resource of our own
+attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export runs in one thread of
+edgegw's own, never on the event loop.
 
 A request's spans are recorded here as plain objects (`Span`: name, ids, times, a dict of
-attributes) and handed to the batch processor as the SDK's `ReadableSpan` when they end,
-rather than made by the SDK's tracer: its `start_span` validated every attribute, sampled,
-locked and called processors, three quarters of what tracing cost a request (bench.tracing,
-bench/README.md). Sampling follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG with the SDK's
-rules (default parentbased_always_on: a client's trace that is not sampled, `traceparent`
-flags 00, records nothing); an unsampled request records and propagates nothing.
+attributes) and queued as plain tuples when they end; the export thread encodes each batch
+in the Rust core (`encode_otlp_spans`) and hands the bytes to the SDK exporter's client.
+The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
+processors: three quarters of what recording cost) and its `ReadableSpan` /
+`BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
+both measured in bench.tracing, bench/README.md and edgegw.telemetry.otelsdk.
+
+Sampling follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG with the SDK's rules
+(default parentbased_always_on: a client's trace that is not sampled, `traceparent` flags
+00, records nothing); an unsampled request records and propagates nothing.
 
 Export never blocks a request. At most MAX_QUEUED_SPANS ended spans wait for the exporter;
 past that a span is dropped, and so is a batch the collector did not take: both are counted
@@ -69,7 +73,7 @@ def _span_id() -> int:
 
 
 class Span:
-    """One span being recorded: what the SDK's `ReadableSpan` is made of when it ends."""
+    """One span being recorded; queued for export as a plain tuple when it ends."""
 
     __slots__ = (
         "trace",

@@ -7,6 +7,7 @@ pub mod head;
 pub mod http1;
 pub mod json;
 pub mod otlp;
+pub mod otlp_trace;
 pub mod passthrough;
 pub mod request;
 pub mod sse;
@@ -722,6 +723,124 @@ mod binding {
         m.add_function(wrap_pyfunction!(detect_sensitive, m)?)?;
         m.add_function(wrap_pyfunction!(redact_text, m)?)?;
         m.add_function(wrap_pyfunction!(redact_json, m)?)?;
+        crate::trace_binding::register(m)?;
         Ok(())
+    }
+}
+
+/// The OTLP trace encoder's binding (rust/src/otlp_trace.rs), apart from the rest.
+#[cfg(feature = "python")]
+mod trace_binding {
+    use pyo3::exceptions::PyTypeError;
+    use pyo3::prelude::*;
+    use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+    use crate::otlp_trace::{self, Attributes, Event, Span, Value};
+
+    /// A Python attribute value as the SDK's encoder takes it; None for what it would
+    /// drop (other types, an int outside int64).
+    fn value(v: &Bound<'_, PyAny>) -> PyResult<Option<Value>> {
+        Ok(Some(if let Ok(s) = v.cast::<PyString>() {
+            Value::Str(s.to_str()?.to_owned())
+        } else if let Ok(b) = v.cast::<PyBool>() {
+            Value::Bool(b.is_true())
+        } else if v.is_instance_of::<PyInt>() {
+            match v.extract::<i64>() {
+                Ok(i) => Value::Int(i),
+                Err(_) => return Ok(None),
+            }
+        } else if let Ok(f) = v.cast::<PyFloat>() {
+            Value::Double(f.value())
+        } else if let Ok(b) = v.cast::<PyBytes>() {
+            Value::Bytes(b.as_bytes().to_vec())
+        } else if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+            let mut items = Vec::new();
+            for item in v.try_iter()? {
+                if let Some(x) = value(&item?)? {
+                    items.push(x);
+                }
+            }
+            Value::Array(items)
+        } else {
+            return Ok(None);
+        }))
+    }
+
+    fn attributes(d: &Bound<'_, PyAny>) -> PyResult<Attributes> {
+        let d = d
+            .cast::<PyDict>()
+            .map_err(|_| PyTypeError::new_err("span attributes must be a dict"))?;
+        let mut out = Vec::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            if let Some(v) = value(&v)? {
+                out.push((k.extract::<String>()?, v));
+            }
+        }
+        Ok(out)
+    }
+
+    fn span(t: &Bound<'_, PyAny>) -> PyResult<Span> {
+        #[allow(clippy::type_complexity)]
+        let (name, ids, remote_parent, kind, attrs, events, times, error, trace_state): (
+            String,
+            (u128, u64, Option<u64>),
+            bool,
+            i32,
+            Bound<'_, PyAny>,
+            Option<Vec<(String, Bound<'_, PyAny>, u64)>>,
+            (u64, u64),
+            bool,
+            String,
+        ) = t.extract()?;
+        let events = events
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(name, a, time_unix_nano)| {
+                Ok(Event {
+                    name,
+                    time_unix_nano,
+                    attributes: attributes(&a)?,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(Span {
+            trace_id: ids.0,
+            span_id: ids.1,
+            parent_id: ids.2,
+            remote_parent,
+            trace_state,
+            name,
+            kind,
+            start_unix_nano: times.0,
+            end_unix_nano: times.1,
+            attributes: attributes(&attrs)?,
+            events,
+            error,
+        })
+    }
+
+    /// The protobuf `ExportTraceServiceRequest` of `spans` (tuples: name, (trace id, span
+    /// id, parent id or None), remote parent, kind, attributes, events or None, (start ns,
+    /// end ns), error, tracestate) under one resource and scope; encoded without the GIL.
+    #[pyfunction]
+    fn encode_otlp_spans<'py>(
+        py: Python<'py>,
+        resource: &Bound<'py, PyAny>,
+        scope_name: &str,
+        scope_version: &str,
+        spans: &Bound<'py, PyList>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let resource = attributes(resource)?;
+        let spans = spans
+            .iter()
+            .map(|t| span(&t))
+            .collect::<PyResult<Vec<_>>>()?;
+        let data =
+            py.detach(|| otlp_trace::encode_spans(&resource, scope_name, scope_version, &spans));
+        Ok(PyBytes::new(py, &data))
+    }
+
+    pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_function(wrap_pyfunction!(encode_otlp_spans, m)?)
     }
 }
