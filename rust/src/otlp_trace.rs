@@ -278,7 +278,10 @@ mod tests {
             attributes: vec![
                 ("http.response.status_code".into(), Value::Int(200)),
                 ("gen_ai.request.model".into(), Value::Str("gpt-4o".into())),
-                ("gen_ai.server.time_to_first_token".into(), Value::Double(0.25)),
+                (
+                    "gen_ai.server.time_to_first_token".into(),
+                    Value::Double(0.25),
+                ),
                 ("edgegw.cached".into(), Value::Bool(false)),
                 ("raw".into(), Value::Bytes(vec![0, 255])),
                 (
@@ -302,7 +305,12 @@ mod tests {
     #[test]
     fn a_span_decodes_as_it_was_given() {
         let resource = vec![("service.name".to_string(), Value::Str("edgegw".into()))];
-        let request = decoded(&encode_spans(&resource, "edgegw", "0.1.0", &[server_span()]));
+        let request = decoded(&encode_spans(
+            &resource,
+            "edgegw",
+            "0.1.0",
+            &[server_span()],
+        ));
         assert_eq!(request.resource_spans.len(), 1);
         let rs = &request.resource_spans[0];
         let res = rs.resource.as_ref().unwrap();
@@ -335,14 +343,21 @@ mod tests {
             .map(|kv| (kv.key.as_str(), kv.value.clone().unwrap().value.unwrap()))
             .collect();
         assert_eq!(values[0], ("http.response.status_code", V::IntValue(200)));
-        assert_eq!(values[1], ("gen_ai.request.model", V::StringValue("gpt-4o".into())));
+        assert_eq!(
+            values[1],
+            ("gen_ai.request.model", V::StringValue("gpt-4o".into()))
+        );
         assert_eq!(values[2].1, V::DoubleValue(0.25));
         assert_eq!(values[3].1, V::BoolValue(false));
         assert_eq!(values[4].1, V::BytesValue(vec![0, 255]));
         let V::ArrayValue(array) = &values[5].1 else {
             panic!("not an array: {:?}", values[5]);
         };
-        let items: Vec<_> = array.values.iter().map(|v| v.value.clone().unwrap()).collect();
+        let items: Vec<_> = array
+            .values
+            .iter()
+            .map(|v| v.value.clone().unwrap())
+            .collect();
         assert_eq!(items, vec![V::StringValue("stop".into()), V::IntValue(-1)]);
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.events[0].name, "gen_ai.content.prompt");
