@@ -1,8 +1,7 @@
 """What tracing costs a proxied request: server CPU µs per request with tracing off, on
-(spans exported to a collector on loopback), on with 10 % of traces sampled, off with the access log (LOG_LEVEL=INFO) and,
-for "off", against the code before tracing
-(`--base DIR`: a checkout of the previous commit, run with this venv; its Rust core is the
-same). Throughput layout of bench/README.md: the gateway alone on core 1, the mock, the
+(spans exported to a collector on loopback), on with 10 % of traces sampled, off with the access log (LOG_LEVEL=INFO) and
+against other code (`--base DIR`: a checkout of an earlier commit, run with this venv and
+its Rust core), tracing off and on. Throughput layout of bench/README.md: the gateway alone on core 1, the mock, the
 collector and the load generator on core 0; rounds interleaved in random order, medians.
 
     python -m bench.tracing [--rounds 5] [--seconds 6] [--base /tmp/edgegw-base]
@@ -85,7 +84,8 @@ def main() -> None:
         "off, access log": (False, None, "INFO", {}),
     }
     if ns.base:
-        cells["before tracing"] = (False, ns.base, "WARNING", {})
+        cells["base, off"] = (False, ns.base, "WARNING", {})
+        cells["base, on"] = (True, ns.base, "WARNING", {})
     ports = {name: free_port() for name in cells}
     cpu: dict[str, list[float]] = {name: [] for name in cells}
     rps: dict[str, list[float]] = {name: [] for name in cells}
@@ -126,9 +126,11 @@ def main() -> None:
     logged = statistics.median(cpu["off, access log"])
     print(f"the access log adds {logged - off:.0f} µs/req ({100 * (logged - off) / off:.1f} %)")
     if ns.base:
-        before = statistics.median(cpu["before tracing"])
+        base_off, base_on = statistics.median(cpu["base, off"]), statistics.median(cpu["base, on"])
         print(
-            f"tracing off vs before: {off - before:+.0f} µs/req ({100 * (off - before) / before:+.1f} %)"
+            f"base: tracing on adds {base_on - base_off:.0f} µs/req "
+            f"({100 * (base_on - base_off) / base_off:.1f} %); tracing off vs base: "
+            f"{off - base_off:+.0f} µs/req ({100 * (off - base_off) / base_off:+.1f} %)"
         )
 
 

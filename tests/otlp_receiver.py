@@ -40,6 +40,8 @@ class OtlpReceiver:
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
         self.port = 0
+        # The headers of each export request, as received.
+        self.headers: list[dict[str, str]] = []
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         server = plainhttp.Server("otlp receiver", self._answer)
@@ -50,6 +52,7 @@ class OtlpReceiver:
             await out.send(404, [], b"")
             return
         self.requests += 1
+        self.headers.append(dict(request.headers))
         assert request.headers.get("content-type") == "application/x-protobuf"
         msg = ExportTraceServiceRequest()
         msg.ParseFromString(request.body or b"")

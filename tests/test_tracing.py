@@ -386,3 +386,26 @@ def test_a_ratio_keeps_the_traces_below_it() -> None:
         assert tracing.sampled((7 << 64) + 5, True) == tracing.sampled(5, None)  # low bits only
     finally:
         tracing.shutdown()
+
+
+async def test_spans_leave_on_the_schedule_delay_with_the_otlp_headers(
+    nursery: trio.Nursery,
+    collector: OtlpReceiver,
+    upstream: EchoUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Read from the process environment, as the SDK's exporter reads its own variables.
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-tenant=edge-1")
+    gw = await traced_gateway(nursery, collector, upstream)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200
+    with trio.fail_after(5):  # no force_flush: the export thread's own schedule
+        while True:
+            if server_span(collector, "/v1/chat/completions") is not None:
+                break
+            await trio.sleep(0.02)
+    assert all(h.get("x-tenant") == "edge-1" for h in collector.headers)
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    assert tracing.queue.exported >= 4 and tracing.queue.pending == 0

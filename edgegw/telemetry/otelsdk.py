@@ -11,12 +11,16 @@ _CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE handling, retries with backoff an
 are the SDK's. What it no longer does is turn each span into a `ReadableSpan`, queue it in
 its `BatchSpanProcessor` and encode it with `encode_spans` (the protobuf message built in
 Python, one call per span, attribute and value): measured to be the bottleneck, replaced
-here. Four spans a request (server, parse, route, upstream attempt), in process, one
-micro-run: ReadableSpan + BatchSpanProcessor.on_end + encode_spans RS_BEFORE µs, the
-tuple + `encode_otlp_spans` RS_AFTER µs (load RS_LOAD); through a gateway, bench.tracing
-(bench/README.md): tracing every request +415..692 µs before, BENCH_AFTER after.
+here. Four spans a request (server, parse, route, upstream attempt), in process
+(bench.tracing_encode, 1,024 requests in batches of 512, load 4.2-6.0 on 2 cores shared with
+other work): `ReadableSpan` + `encode_spans` + serialization 341 µs per request (rounds
+298-378), the tuple + `encode_otlp_spans` 16 µs (12-18), the same 1,021,576 bytes. The whole
+pipeline of a request in process: 380-520 µs before, 105-115 µs now (load 3.4-4.1). Through
+a gateway (bench.tracing) the saving did not show in two runs on that loaded machine
+(bench/README.md).
+
 OTEL_BSP_SCHEDULE_DELAY (default 5000 ms) is honoured as the SDK's processor did: a batch
-leaves when EXPORT_BATCH_SPANS spans wait or the delay has passed.
+leaves when a full batch (512 spans, edgegw.telemetry.tracing) waits or the delay has passed.
 """
 
 from __future__ import annotations
