@@ -123,12 +123,12 @@ fn key_values(attrs: &Attributes) -> Vec<pb::KeyValue> {
 fn any_value(v: &Value) -> pb::AnyValue {
     use pb::any_value::Value as V;
     let value = match v {
-        Value::Str(s) => V::StringValue(s.clone()),
-        Value::Bool(b) => V::BoolValue(*b),
-        Value::Int(i) => V::IntValue(*i),
-        Value::Double(d) => V::DoubleValue(*d),
-        Value::Bytes(b) => V::BytesValue(b.clone()),
-        Value::Array(items) => V::ArrayValue(pb::ArrayValue {
+        Value::Str(s) => V::String(s.clone()),
+        Value::Bool(b) => V::Bool(*b),
+        Value::Int(i) => V::Int(*i),
+        Value::Double(d) => V::Double(*d),
+        Value::Bytes(b) => V::Bytes(b.clone()),
+        Value::Array(items) => V::Array(pb::ArrayValue {
             values: items.iter().map(any_value).collect(),
         }),
     };
@@ -238,17 +238,17 @@ pub(crate) mod pb {
         #[derive(Clone, PartialEq, prost::Oneof)]
         pub enum Value {
             #[prost(string, tag = "1")]
-            StringValue(String),
+            String(String),
             #[prost(bool, tag = "2")]
-            BoolValue(bool),
+            Bool(bool),
             #[prost(int64, tag = "3")]
-            IntValue(i64),
+            Int(i64),
             #[prost(double, tag = "4")]
-            DoubleValue(f64),
+            Double(f64),
             #[prost(message, tag = "5")]
-            ArrayValue(super::ArrayValue),
+            Array(super::ArrayValue),
             #[prost(bytes = "vec", tag = "7")]
-            BytesValue(Vec<u8>),
+            Bytes(Vec<u8>),
         }
     }
 
@@ -317,7 +317,7 @@ mod tests {
         assert_eq!(res.attributes[0].key, "service.name");
         assert_eq!(
             res.attributes[0].value.as_ref().unwrap().value,
-            Some(V::StringValue("edgegw".into()))
+            Some(V::String("edgegw".into()))
         );
         let scope = &rs.scope_spans[0];
         let sc = scope.scope.as_ref().unwrap();
@@ -342,15 +342,15 @@ mod tests {
             .iter()
             .map(|kv| (kv.key.as_str(), kv.value.clone().unwrap().value.unwrap()))
             .collect();
-        assert_eq!(values[0], ("http.response.status_code", V::IntValue(200)));
+        assert_eq!(values[0], ("http.response.status_code", V::Int(200)));
         assert_eq!(
             values[1],
-            ("gen_ai.request.model", V::StringValue("gpt-4o".into()))
+            ("gen_ai.request.model", V::String("gpt-4o".into()))
         );
-        assert_eq!(values[2].1, V::DoubleValue(0.25));
-        assert_eq!(values[3].1, V::BoolValue(false));
-        assert_eq!(values[4].1, V::BytesValue(vec![0, 255]));
-        let V::ArrayValue(array) = &values[5].1 else {
+        assert_eq!(values[2].1, V::Double(0.25));
+        assert_eq!(values[3].1, V::Bool(false));
+        assert_eq!(values[4].1, V::Bytes(vec![0, 255]));
+        let V::Array(array) = &values[5].1 else {
             panic!("not an array: {:?}", values[5]);
         };
         let items: Vec<_> = array
@@ -358,7 +358,7 @@ mod tests {
             .iter()
             .map(|v| v.value.clone().unwrap())
             .collect();
-        assert_eq!(items, vec![V::StringValue("stop".into()), V::IntValue(-1)]);
+        assert_eq!(items, vec![V::String("stop".into()), V::Int(-1)]);
         assert_eq!(s.events.len(), 1);
         assert_eq!(s.events[0].name, "gen_ai.content.prompt");
         assert_eq!(s.events[0].time_unix_nano, 1_700_000_000_000_500_000);
