@@ -180,8 +180,9 @@ async def test_stream_span_has_ttft_and_histograms_have_exemplars(
     assert server.attributes["gen_ai.usage.output_tokens"] == 2
     assert server.attributes["gen_ai.response.finish_reasons"] == ["stop"]
     text = await scrape(gw.metrics_port)
-    # Three writes after the first: three gaps.
-    assert sample(text, "inference_gateway_inter_token_gap_seconds_count") == 3
+    # Four upstream pieces, 10 ms apart: three gaps between the client writes, or two when
+    # a loaded machine reads two pieces at once (they go out in one write).
+    assert sample(text, "inference_gateway_inter_token_gap_seconds_count") in (2, 3)
     assert sample(text, "gen_ai_server_time_to_first_token_seconds_count") == 1
     om = await request(
         gw.metrics_port, "GET", "/metrics", b"", [("accept", "application/openmetrics-text")]
