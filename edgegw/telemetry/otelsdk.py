@@ -91,7 +91,13 @@ class Pipeline:
         self.exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
         # The exporter's HTTP client (headers, compression, TLS, retries, timeout), given
         # bytes rather than spans to encode; `_client.export(data) -> .success`.
-        self._client: Any = self.exporter._client  # noqa: SLF001
+        self._client: Any = getattr(self.exporter, "_client", None)
+        if not callable(getattr(self._client, "export", None)):
+            # Never a silent tracer that exports nothing: the pin in pyproject.toml says why.
+            raise RuntimeError(
+                "tracing: this opentelemetry-exporter-otlp-proto-http has no _client.export; "
+                "install the 1.45 release line"
+            )
         self.propagator = TraceContextTextMapPropagator()
         self._spans: collections.deque[tuple[Any, ...]] = collections.deque()
         self._wake = threading.Event()
