@@ -10,13 +10,13 @@ adds it to each response head), upstream with the request, into the access log a
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 from edgegw.errors import Headers, invalid_content_length, payload_too_large
+from edgegw.ids import random_bits
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -33,7 +33,7 @@ REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+/=-]{1,%d}" % MAX_REQUEST_ID_CHARS)
 
 
 def new_request_id() -> str:
-    return os.urandom(16).hex()
+    return f"{random_bits(128):032x}"
 
 
 def request_id_of(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:

@@ -37,12 +37,12 @@ No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=t
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from edgegw.ids import random_bits
 from edgegw.telemetry.spanqueue import SpanQueue
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ INTERNAL, SERVER, CLIENT = 1, 2, 3
 
 
 def _span_id() -> int:
-    return int.from_bytes(os.urandom(8)) or 1
+    return random_bits(64)
 
 
 class Span:
@@ -159,7 +159,7 @@ class Tracing:
                 parent = self.pipeline.parent(headers)
                 break
         if parent is None:
-            trace_id, parent_id, state = int.from_bytes(os.urandom(16)) or 1, None, ""
+            trace_id, parent_id, state = random_bits(128), None, ""
         else:
             trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.state
         if not self.sampled(trace_id, None if parent is None else parent.sampled):

@@ -1,0 +1,21 @@
+"""Random ids (request ids, trace and span ids): unique, not secret.
+
+One `random.Random` seeded from the OS at start (and again in a forked child, so two
+processes never share a sequence), as OpenTelemetry's own id generator does: an
+`os.urandom` call is a system call, 0.7 µs on a quiet 2-vCPU machine and about 9 µs per call
+under load (py-spy, a traced request making six ids spent 45 µs in it), against 0.08 µs for
+`getrandbits`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+_rng = random.Random()
+os.register_at_fork(after_in_child=_rng.seed)
+
+
+def random_bits(bits: int) -> int:
+    """A random integer of `bits` bits, never 0 (0 is an invalid trace or span id)."""
+    return _rng.getrandbits(bits) or 1
