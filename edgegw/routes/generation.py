@@ -128,22 +128,8 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
         elif isinstance(target, Local):
             provider = "local"
             rt = target.runtime
-            lreq = check_request(
-                call,
-                req,
-                rt,
-                default_max_tokens=gw.settings.default_max_tokens,
-                sdk_versions=gw.sdk_versions,
-                forbid_remote=forbid,
-                gpu_aliases=gw.settings.gpu_aliases,
-            )
-            offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
-            if offered is None:
-                served = await local.serve(
-                    gw.exchanges, gw.fleet, call, req, rt, lreq, guard_headers
-                )
-            else:
-                served = await _local_mcp(gw, call, req, rt, offered, forbid, guard_headers)
+            lreq = _local_check(gw, call, rt, forbid)(req)
+            served = await _serve_local(gw, call, req, rt, lreq, forbid, guard_headers)
             if isinstance(served, local.NoLocalWorker):
                 reason, fallback = served.reason, rt.profile.remote_fallback
                 refusal = local_fallback.refusal(rt, reason)
@@ -271,21 +257,8 @@ async def _attempt(
     headers = (*selected_headers(d), *extra)
     if d.provider == LOCAL:
         rt = gw.fleet.models[d.model]
-        lreq = check_request(
-            call,
-            req,
-            rt,
-            default_max_tokens=gw.settings.default_max_tokens,
-            sdk_versions=gw.sdk_versions,
-            forbid_remote=forbid,
-            gpu_aliases=gw.settings.gpu_aliases,
-        )
-        offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
-        if offered is None:
-            served = await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq, headers)
-        else:
-            screen.last = True  # tools may run: the request is not tried twice
-            served = await _local_mcp(gw, call, req, rt, offered, forbid, headers)
+        lreq = _local_check(gw, call, rt, forbid)(req)
+        served = await _serve_local(gw, call, req, rt, lreq, forbid, headers, screen)
         if not isinstance(served, local.NoLocalWorker):
             return served
         if screen.last:
@@ -381,18 +354,10 @@ async def _remote(
     return outcome
 
 
-async def _local_mcp(
-    gw: Gateway,
-    call: Call,
-    req: ParsedRequest,
-    rt: LocalRuntime,
-    offered: Offered,
-    forbid: bool,
-    response_headers: Headers = (),
-) -> Outcome | local.NoLocalWorker:
-    """A local chat request with MCP tools: every round served as the client's request is,
-    checked by the SIE contract (the tools added count against the profile's caps)."""
-    assert gw.mcp is not None
+def _local_check(
+    gw: Gateway, call: Call, rt: LocalRuntime, forbid: bool
+) -> Callable[[ParsedRequest], LocalRequest]:
+    """The SIE contract's check of a request to local model `rt` (`forbid`: X-SIE-Remote's)."""
 
     def check(r: ParsedRequest) -> LocalRequest:
         return check_request(
@@ -405,7 +370,42 @@ async def _local_mcp(
             gpu_aliases=gw.settings.gpu_aliases,
         )
 
-    model = LocalModel(gw.exchanges, gw.fleet, rt, check)
+    return check
+
+
+async def _serve_local(
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    rt: LocalRuntime,
+    lreq: LocalRequest,
+    forbid: bool,
+    headers: Headers,
+    screen: Screen | None = None,
+) -> Outcome | local.NoLocalWorker:
+    """A checked request on local model `rt`'s workers, through the MCP loop when MCP
+    tools are offered (a routed attempt is then its last: tools may run)."""
+    offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
+    if offered is None:
+        return await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq, headers)
+    if screen is not None:
+        screen.last = True  # tools may run: the request is not tried twice
+    return await _local_mcp(gw, call, req, rt, offered, forbid, headers)
+
+
+async def _local_mcp(
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    rt: LocalRuntime,
+    offered: Offered,
+    forbid: bool,
+    response_headers: Headers = (),
+) -> Outcome | local.NoLocalWorker:
+    """A local chat request with MCP tools: every round served as the client's request is,
+    checked by the SIE contract (the tools added count against the profile's caps)."""
+    assert gw.mcp is not None
+    model = LocalModel(gw.exchanges, gw.fleet, rt, _local_check(gw, call, rt, forbid))
     first = req.upstream_body(req.model, tools=offered.json)
     _, tool_check = _guards(gw, call, req.model)
     return await mcp_agent.run(
