@@ -22,6 +22,7 @@ from collections.abc import Callable
 import orjson
 import trio
 
+from bench.mcp import ANSWER  # the same ~1 KB answer
 from edgegw._core import GuardPolicy, detect_sensitive
 from edgegw.guardrails.check import Guardrails
 from edgegw.guardrails.settings import GuardrailsSettings
@@ -70,22 +71,6 @@ def chat(last: str) -> bytes:
 
 REQUEST = chat("Thanks, that is all.")
 SECRET_REQUEST = chat("My key is sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX1234, keep it.")
-ANSWER = orjson.dumps(
-    {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1,
-        "model": "gpt-4o-mini",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "It will be sunny and mild. " * 30},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 180, "completion_tokens": 160, "total_tokens": 340},
-    }
-)
 
 
 def guardrails() -> Guardrails:
