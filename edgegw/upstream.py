@@ -30,8 +30,10 @@ whole, which is checked best when read in one file.
 
 from __future__ import annotations
 
+import email.utils
 import select
 import ssl
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +72,10 @@ class Origin:
         default = 443 if self.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
         return (host if self.port == default else f"{host}:{self.port}").encode()
+
+
+# A longer Retry-After is cut to this: an upstream cannot take itself out for a day.
+MAX_RETRY_AFTER_S = 300.0
 
 
 class _Waiter:
@@ -499,3 +505,20 @@ class Response:
         if self._done and self._parser.reusable and self._pool._checkin(self._conn):
             return
         await self._pool._discard(self._conn)
+
+
+def retry_after_s(value: bytes | None) -> float | None:
+    """A Retry-After header's wait (delay-seconds or an HTTP date), at most
+    MAX_RETRY_AFTER_S; None when absent or unreadable."""
+    if not value:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return min(float(text), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return min(max(0.0, when.timestamp() - time.time()), MAX_RETRY_AFTER_S)

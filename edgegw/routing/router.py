@@ -19,9 +19,7 @@ strategy's order: the cursor's rotation, weights descending, latency ascending.
 
 from __future__ import annotations
 
-import email.utils
 import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -31,14 +29,12 @@ from edgegw.errors import GatewayError, fail
 from edgegw.exchange import Outcome
 from edgegw.routing.breaker import Breaker, BreakerState
 from edgegw.routing.config import Alias, Deployment, RoutingConfig
-from edgegw.upstream import Response
+from edgegw.upstream import Response, retry_after_s
 
 # The weight of a new sample in the latency EWMA (about the last five requests count).
 EWMA_ALPHA = 0.3
 # A 429 without Retry-After keeps its deployment out this long.
 DEFAULT_RETRY_AFTER_S = 1.0
-# A longer Retry-After is cut to this: an upstream cannot take itself out for a day.
-MAX_RETRY_AFTER_S = 300.0
 
 
 class Failover(Exception):
@@ -280,20 +276,3 @@ class Trip:
 def selected_headers(d: Deployment) -> tuple[tuple[bytes, bytes], ...]:
     """inference-gateway's headers naming the deployment that answered."""
     return ((b"x-selected-provider", d.provider.encode()), (b"x-selected-model", d.model.encode()))
-
-
-def retry_after_s(value: bytes | None) -> float | None:
-    """A Retry-After header's wait (delay-seconds or an HTTP date), at most
-    MAX_RETRY_AFTER_S; None when absent or unreadable."""
-    if not value:
-        return None
-    text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return min(float(text), MAX_RETRY_AFTER_S)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return min(max(0.0, when.timestamp() - time.time()), MAX_RETRY_AFTER_S)
