@@ -20,10 +20,10 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "MCP_RESPONSE_HEADER_TIMEOUT": "each MCP request is bounded whole by MCP_REQUEST_TIMEOUT",
     "MCP_EXPECT_CONTINUE_TIMEOUT": "the MCP client sends request bodies without Expect",
     # The OpenTelemetry SDK's own variables that edgegw fixes (edgegw.telemetry.tracing);
-    # the SDK honours OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _COMPRESSION, _CERTIFICATE,
-    # _CLIENT_KEY, _CLIENT_CERTIFICATE, OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES;
-    # edgegw reads OTEL_TRACES_SAMPLER(_ARG) (settings) and OTEL_BSP_SCHEDULE_DELAY
-    # (edgegw.telemetry.otelsdk, its export thread).
+    # edgegw.telemetry.otelsdk honours OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _COMPRESSION,
+    # _CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE and OTEL_BSP_SCHEDULE_DELAY, the SDK's
+    # resource OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; settings read
+    # OTEL_TRACES_SAMPLER(_ARG).
     "OTEL_BSP_MAX_QUEUE_SIZE": "edgegw bounds the export queue at 2048 spans",
     "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "edgegw exports 512 spans per request at most",
     "OTEL_BSP_EXPORT_TIMEOUT": "edgegw bounds each export at 5 s",
@@ -36,6 +36,8 @@ NOT_IMPLEMENTED: dict[str, str] = {
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "edgegw reads TELEMETRY_TRACING_OTLP_ENDPOINT",
     "OTEL_PROPAGATORS": "edgegw propagates W3C trace context (traceparent, tracestate) only",
     "OTEL_SDK_DISABLED": "edgegw reads TELEMETRY_TRACING_ENABLED",
+    "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER": "edgegw's exporter takes no "
+    "session provider; set OTEL_EXPORTER_OTLP_HEADERS",
     "DEBUG_CONTENT_TRUNCATE_WORDS": "edgegw logs no prompt or completion text",
     "DEBUG_MAX_MESSAGES": "edgegw logs no prompt or completion text",
     "ENVIRONMENT": "edgegw has no development mode; LOG_LEVEL sets the verbosity",

@@ -98,6 +98,8 @@ async def serve(
                 await nursery.start(gw.mcp.run)
             if settings.telemetry_enabled:
                 await nursery.start(telemetry.serve_metrics, metrics_socket)
+            if telemetry.tracing is not None:
+                await nursery.start(telemetry.tracing.run)
 
             async def drain_trigger() -> None:
                 if shutdown_trigger is None:
@@ -135,9 +137,7 @@ async def serve(
             if telemetry.tracing is not None:
                 # Export what is queued; a collector that does not answer is given up on.
                 with trio.move_on_after(TRACING_SHUTDOWN_S):
-                    await trio.to_thread.run_sync(
-                        telemetry.tracing.shutdown, abandon_on_cancel=True
-                    )
+                    await telemetry.tracing.aclose()
 
 
 def _host_port(settings: Settings) -> str:

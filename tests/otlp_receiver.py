@@ -3,6 +3,9 @@ with opentelemetry-proto into plain span records."""
 
 from __future__ import annotations
 
+import gzip
+import ssl
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,10 +45,25 @@ class OtlpReceiver:
         self.port = 0
         # The headers of each export request, as received.
         self.headers: list[dict[str, str]] = []
+        # Statuses to answer the next export requests with, before taking any (with
+        # `Retry-After: 0` on a 429 or 503).
+        self.refuse: list[int] = []
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         server = plainhttp.Server("otlp receiver", self._answer)
         await server.serve_tcp("127.0.0.1", 0, task_status=task_status)
+
+    async def serve_tls(
+        self,
+        context: ssl.SSLContext,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        server = plainhttp.Server("otlp receiver (tls)", self._answer)
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(listeners[0].socket.getsockname()[1])
+        tls = [trio.SSLListener(listener, context) for listener in listeners]
+        await trio.serve_listeners(server.serve_connection, tls)
 
     async def _answer(self, request: plainhttp.Request, out: plainhttp.Responder) -> None:
         if request.path != "/v1/traces" or request.method != "POST":
@@ -54,8 +72,18 @@ class OtlpReceiver:
         self.requests += 1
         self.headers.append(dict(request.headers))
         assert request.headers.get("content-type") == "application/x-protobuf"
+        if self.refuse:
+            status = self.refuse.pop(0)
+            await out.send(status, [(b"retry-after", b"0")] if status in (429, 503) else [], b"")
+            return
+        body = request.body or b""
+        encoding = request.headers.get("content-encoding")
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        elif encoding == "deflate":
+            body = zlib.decompress(body)
         msg = ExportTraceServiceRequest()
-        msg.ParseFromString(request.body or b"")
+        msg.ParseFromString(body)
         for rs in msg.resource_spans:
             resource = {a.key: _value(a.value) for a in rs.resource.attributes}
             for ss in rs.scope_spans:

@@ -4,6 +4,7 @@ collector that is down costs requests nothing and its drops are counted."""
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 import trio
+import trustme
 
 from edgegw.bench.mock import MockUpstream
 
@@ -109,7 +111,7 @@ async def exported(gw: Gateway, condition: Callable[[], bool]) -> None:
     assert tracing is not None
     with trio.fail_after(5):
         while True:
-            await trio.to_thread.run_sync(tracing.force_flush)
+            await tracing.force_flush()
             if condition():
                 return
             await trio.sleep(0.01)
@@ -364,7 +366,7 @@ async def test_sampling_follows_otel_traces_sampler(
     else:
         tracing = gw.telemetry.tracing
         assert tracing is not None
-        await trio.to_thread.run_sync(tracing.force_flush)
+        await tracing.force_flush()
         assert collector.spans == []
 
 
@@ -381,12 +383,9 @@ def test_a_ratio_keeps_the_traces_below_it() -> None:
         }
     )
     tracing = Tracing(settings)
-    try:
-        assert tracing.sampled((1 << 64) // 4 - 1, None)
-        assert not tracing.sampled((1 << 64) // 4, None)
-        assert tracing.sampled((7 << 64) + 5, True) == tracing.sampled(5, None)  # low bits only
-    finally:
-        tracing.shutdown()
+    assert tracing.sampled((1 << 64) // 4 - 1, None)
+    assert not tracing.sampled((1 << 64) // 4, None)
+    assert tracing.sampled((7 << 64) + 5, True) == tracing.sampled(5, None)  # low bits only
 
 
 async def test_spans_leave_on_the_schedule_delay_with_the_otlp_headers(
@@ -401,7 +400,7 @@ async def test_spans_leave_on_the_schedule_delay_with_the_otlp_headers(
     gw = await traced_gateway(nursery, collector, upstream)
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200
-    with trio.fail_after(5):  # no force_flush: the export thread's own schedule
+    with trio.fail_after(5):  # no force_flush: the export task's own schedule
         while True:
             if server_span(collector, "/v1/chat/completions") is not None:
                 break
@@ -410,3 +409,126 @@ async def test_spans_leave_on_the_schedule_delay_with_the_otlp_headers(
     tracing = gw.telemetry.tracing
     assert tracing is not None
     assert tracing.queue.exported >= 4 and tracing.queue.pending == 0
+
+
+async def test_a_gzip_batch_retried_after_a_503_arrives_whole(
+    nursery: trio.Nursery,
+    collector: OtlpReceiver,
+    upstream: EchoUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The exporter's variables, read from the process environment as the SDK reads them.
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    collector.refuse = [503]  # with Retry-After: 0, so the retry follows at once
+    gw = await traced_gateway(nursery, collector, upstream)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    assert collector.requests == 2 and collector.refuse == []
+    assert all(h.get("content-encoding") == "gzip" for h in collector.headers)
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    assert tracing.queue.dropped == {"queue_full": 0, "export_failed": 0}
+
+
+async def test_a_collector_refusing_for_good_is_not_retried(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    collector.refuse = [400]
+    gw = await traced_gateway(nursery, collector, upstream)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    await exported(gw, lambda: tracing.queue.dropped["export_failed"] >= 4)
+    assert collector.requests == 1  # a 400 is final, as for the SDK's exporter
+
+
+@pytest.fixture
+def collector_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+async def tls_collector(nursery: trio.Nursery, ca: trustme.CA) -> OtlpReceiver:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    receiver = OtlpReceiver()
+    receiver.port = await nursery.start(receiver.serve_tls, context)
+    return receiver
+
+
+async def test_an_https_collector_is_verified_against_otlp_certificate(
+    nursery: trio.Nursery,
+    upstream: EchoUpstream,
+    collector_ca: trustme.CA,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    collector = await tls_collector(nursery, collector_ca)
+    ca_file = tmp_path / "ca.pem"
+    collector_ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", str(ca_file))
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"https://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+
+
+async def test_an_https_collector_not_verified_gets_nothing(
+    nursery: trio.Nursery, upstream: EchoUpstream, collector_ca: trustme.CA
+) -> None:
+    collector = await tls_collector(nursery, collector_ca)  # its CA is not the system's
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"https://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200
+    tracing = gw.telemetry.tracing
+    assert tracing is not None
+    await exported(gw, lambda: tracing.queue.dropped["export_failed"] >= 4)
+    assert collector.requests == 0 and collector.spans == []
+
+
+@pytest.mark.parametrize(
+    ("env", "refusal"),
+    [
+        (
+            {"OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent/ca.pem"},
+            "OTEL_EXPORTER_OTLP_CERTIFICATE",
+        ),
+        (
+            {"OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/nonexistent/key.pem"},
+            "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY is set without",
+        ),
+        ({"OTEL_EXPORTER_OTLP_HEADERS": "x-a=b%0D%0Ax-b=c"}, "OTEL_EXPORTER_OTLP_HEADERS"),
+    ],
+)
+def test_an_unusable_exporter_setting_stops_the_start(
+    env: dict[str, str], refusal: str, tmp_path: Path
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgegw", "serve", "--port", "0"],
+        env={
+            **tracing_env("https://127.0.0.1:9/v1/traces"),
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            **env,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 78, proc.stderr
+    assert refusal in proc.stderr and "Traceback" not in proc.stderr

@@ -1,55 +1,75 @@
-"""The export pipeline: ended spans as plain tuples, batched by an export thread of
-edgegw's own, encoded in the Rust core (`encode_otlp_spans`, rust/src/otlp_trace.rs) and
-POSTed by the OpenTelemetry SDK's OTLP/HTTP exporter client. Imported only when tracing is
+"""The export pipeline: ended spans as plain tuples, batched by a Trio task on the event loop,
+encoded in the Rust core (`encode_otlp_spans`, rust/src/otlp_trace.rs) and POSTed to the
+collector with edgegw's own upstream client (edgegw.upstream). Imported only when tracing is
 on (edgegw.telemetry.tracing); the SDK's parts are built by class (no entry points: the
 frozen binary has none).
 
 The SDK still reads the client's `traceparent` (its W3C propagator), detects the resource
-(OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and sends each batch: `OTLPSpanExporter`'s
-HTTP client, so its endpoint, OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _COMPRESSION,
-_CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE handling, retries with backoff and timeout
-are the SDK's. What it no longer does is turn each span into a `ReadableSpan`, queue it in
-its `BatchSpanProcessor` and encode it with `encode_spans` (the protobuf message built in
-Python, one call per span, attribute and value): measured to be the bottleneck, replaced
-here. Four spans a request (server, parse, route, upstream attempt), in process
-(bench.tracing_encode, 1,024 requests in batches of 512, load 4.2-6.0 on 2 cores shared with
-other work): `ReadableSpan` + `encode_spans` + serialization 341 µs per request (rounds
-298-378), the tuple + `encode_otlp_spans` 16 µs (12-18), the same 1,021,576 bytes. The whole
-pipeline of a request in process: 380-520 µs before, 105-115 µs now (load 3.4-4.1). Through
-a gateway (bench.tracing) the saving did not show in two runs on that loaded machine
-(bench/README.md).
+(OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and parses OTEL_EXPORTER_OTLP_(TRACES_)HEADERS
+(`parse_env_headers`). The rest of what its OTLP/HTTP exporter did is done here, with the
+exporter's rules (`Destination`): OTEL_EXPORTER_OTLP_(TRACES_)HEADERS, _COMPRESSION (gzip,
+deflate, none), _CERTIFICATE, _CLIENT_KEY, _CLIENT_CERTIFICATE, the traces variable before
+the general one; retries of 429, 502, 503, 504 and lost connections with backoff 2^n s
+(jitter 0.8-1.2) or the collector's Retry-After, at most MAX_RETRIES tries within the
+export timeout.
+
+Why not the SDK's exporter. Its `BatchSpanProcessor`, `ReadableSpan` and Python protobuf
+encoder were the first bottleneck: four spans a request (server, parse, route, upstream
+attempt), in process (bench.tracing_encode, 1,024 requests in batches of 512, load 4.2-6.0):
+`ReadableSpan` + `encode_spans` + serialization 341 µs per request, the tuple +
+`encode_otlp_spans` 16 µs, the same 1,021,576 bytes. What remained was its HTTP client
+(`requests`), which blocks, so it ran on a thread of its own: through a gateway on a quiet
+machine (bench.tracing, 2026-12-02 02:21 UTC, load 0.1-1.8) tracing every request then cost
++858 µs of server CPU per request (+117 %), and py-spy showed the time in neither encoder
+nor client but in the two threads handing the GIL back and forth: the event loop releases it
+at every system call, the export thread takes it, and each socket call of the loop cost 3-10x
+more. The same spans posted from the event loop, as here, cost what bench/README.md shows.
 
 OTEL_BSP_SCHEDULE_DELAY (default 5000 ms) is honoured as the SDK's processor did: a batch
 leaves when a full batch (512 spans, edgegw.telemetry.tracing) waits or the delay has passed.
+Encoding a full batch holds the event loop for about 2 ms (512 spans; ~16 µs a request).
 """
 
 from __future__ import annotations
 
 import collections
+import gzip
 import logging
 import os
-import threading
-from collections.abc import Sequence
+import random
+import ssl
+import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+import trio
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.re import parse_env_headers
 
 from edgegw._core import encode_otlp_spans
+from edgegw.errors import GatewayError
+from edgegw.settings import SettingsError
 from edgegw.telemetry.spanqueue import SpanQueue
+from edgegw.upstream import Origin, UpstreamPool, retry_after_s
 
 log = logging.getLogger("edgegw.tracing")
 
 # The SDK's batch processor's default wait between exports (OTEL_BSP_SCHEDULE_DELAY, ms).
 DEFAULT_SCHEDULE_DELAY_MS = 5000
-# force_flush waits at most this long for the batches before it (the SDK's default).
-FLUSH_TIMEOUT_S = 30.0
+# Tries of one batch (the SDK exporter's _MAX_RETRIES), all within the export timeout.
+MAX_RETRIES = 6
+RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+BACKOFF_JITTER = 0.2
+# What is read of a collector's answer (an ExportTraceServiceResponse: a few bytes).
+MAX_ANSWER_BYTES = 64 * 1024
+COMPRESSIONS = ("none", "gzip", "deflate")
+USER_AGENT = b"edgegw-otlp-exporter"
 
 
-def schedule_delay_s(environ: dict[str, str] | os._Environ[str] = os.environ) -> float:
+def schedule_delay_s(environ: Mapping[str, str] = os.environ) -> float:
     """OTEL_BSP_SCHEDULE_DELAY in seconds; the default when unset or not a positive int."""
     raw = environ.get("OTEL_BSP_SCHEDULE_DELAY", "")
     try:
@@ -58,6 +78,101 @@ def schedule_delay_s(environ: dict[str, str] | os._Environ[str] = os.environ) ->
         log.warning("OTEL_BSP_SCHEDULE_DELAY=%r is not an integer: using 5000 ms", raw)
         ms = DEFAULT_SCHEDULE_DELAY_MS
     return (ms if ms > 0 else DEFAULT_SCHEDULE_DELAY_MS) / 1000
+
+
+def _otlp_env(environ: Mapping[str, str], name: str) -> tuple[str, str]:
+    """(variable, value) of OTEL_EXPORTER_OTLP_TRACES_<name>, else OTEL_EXPORTER_OTLP_<name>
+    (the exporter's order); ("", "") when neither is set."""
+    for var in (f"OTEL_EXPORTER_OTLP_TRACES_{name}", f"OTEL_EXPORTER_OTLP_{name}"):
+        if value := environ.get(var, "").strip():
+            return var, value
+    return "", ""
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a batch goes and how: the collector's URL with the exporter's variables."""
+
+    origin: Origin
+    target: bytes
+    headers: tuple[tuple[bytes, bytes], ...]
+    compression: str
+    ssl_context: ssl.SSLContext | None
+
+    @classmethod
+    def of(cls, endpoint: str, environ: Mapping[str, str] = os.environ) -> Destination:
+        """The destination of TELEMETRY_TRACING_OTLP_ENDPOINT; SettingsError for a header,
+        certificate or key that cannot be used (never a tracer that silently sends
+        nowhere, or sends in the clear what was to be verified)."""
+        try:
+            origin = Origin.from_url(endpoint)
+        except ValueError:
+            raise SettingsError(
+                f"TELEMETRY_TRACING_OTLP_ENDPOINT={endpoint!r} is not an http(s) URL"
+            ) from None
+        query = endpoint.partition("?")[2]
+        target = (origin.base_path or "/") + (f"?{query}" if query else "")
+
+        headers: list[tuple[bytes, bytes]] = [
+            (b"content-type", b"application/x-protobuf"),
+            (b"user-agent", USER_AGENT),
+        ]
+        var, raw = _otlp_env(environ, "HEADERS")
+        for name, value in parse_env_headers(raw, liberal=True).items():
+            if any(c in value for c in "\r\n\0") or not value.isprintable():
+                raise SettingsError(f"{var}: the value of header {name!r} is not printable")
+            if name in ("content-type", "content-length", "content-encoding", "host"):
+                raise SettingsError(f"{var}: edgegw sets the {name} header itself")
+            headers = [(k, v) for k, v in headers if k != name.encode()]
+            headers.append((name.encode(), value.encode()))
+
+        var, compression = _otlp_env(environ, "COMPRESSION")
+        compression = compression.lower() or "none"
+        if compression not in COMPRESSIONS:
+            log.warning("%s=%r is not gzip, deflate or none: spans are sent uncompressed",
+                        var, compression)  # fmt: skip
+            compression = "none"
+        if compression != "none":
+            headers.append((b"content-encoding", compression.encode()))
+
+        ssl_context = None
+        ca_var, ca = _otlp_env(environ, "CERTIFICATE")
+        key_var, key = _otlp_env(environ, "CLIENT_KEY")
+        cert_var, cert = _otlp_env(environ, "CLIENT_CERTIFICATE")
+        if origin.scheme == "https":
+            ssl_context = _ssl_context((ca_var, ca), (cert_var, cert), (key_var, key))
+        elif ca or key or cert:
+            log.warning(
+                "%s: the collector's endpoint is http://, so no TLS setting applies",
+                ", ".join(v for v in (ca_var, cert_var, key_var) if v),
+            )
+        return cls(origin, target.encode(), tuple(headers), compression, ssl_context)
+
+    def body(self, data: bytes) -> bytes:
+        if self.compression == "gzip":
+            return gzip.compress(data, compresslevel=6, mtime=0)
+        if self.compression == "deflate":
+            return zlib.compress(data)
+        return data
+
+
+def _ssl_context(
+    ca: tuple[str, str], cert: tuple[str, str], key: tuple[str, str]
+) -> ssl.SSLContext:
+    """The collector's TLS: verified against the system's CAs, or _CERTIFICATE's; a client
+    certificate when _CLIENT_CERTIFICATE (and its _CLIENT_KEY) is set."""
+    try:
+        context = ssl.create_default_context(cafile=ca[1] or None)
+    except (OSError, ssl.SSLError) as e:
+        raise SettingsError(f"{ca[0]}: cannot load {ca[1]!r}: {e}") from None
+    if key[1] and not cert[1]:
+        raise SettingsError(f"{key[0]} is set without OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
+    if cert[1]:
+        try:
+            context.load_cert_chain(cert[1], key[1] or None)
+        except (OSError, ssl.SSLError) as e:
+            raise SettingsError(f"{cert[0]}: cannot load {cert[1]!r}: {e}") from None
+    return context
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +186,8 @@ class Parent:
 
 
 class Pipeline:
-    """Ended spans, bounded by the queue, batched by one export thread, encoded in Rust and
-    sent by the SDK's OTLP/HTTP exporter client (module doc)."""
+    """Ended spans, bounded by the queue, batched by one Trio task (`run`), encoded in Rust
+    and posted to the collector (module doc)."""
 
     def __init__(
         self, endpoint: str, version: str, queue: SpanQueue, timeout_s: float, batch: int
@@ -80,6 +195,7 @@ class Pipeline:
         self.queue = queue
         self.version = version
         self.batch = batch
+        self.timeout_s = timeout_s
         resource = Resource(
             {
                 "service.name": "edgegw",
@@ -88,24 +204,19 @@ class Pipeline:
             }
         ).merge(OTELResourceDetector().detect())  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
         self.resource: dict[str, Any] = dict(resource.attributes)
-        self.exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout_s)
-        # The exporter's HTTP client (headers, compression, TLS, retries, timeout), given
-        # bytes rather than spans to encode; `_client.export(data) -> .success`.
-        self._client: Any = getattr(self.exporter, "_client", None)
-        if not callable(getattr(self._client, "export", None)):
-            # Never a silent tracer that exports nothing: the pin in pyproject.toml says why.
-            raise RuntimeError(
-                "tracing: this opentelemetry-exporter-otlp-proto-http has no _client.export; "
-                "install the 1.45 release line"
-            )
+        self.destination = Destination.of(endpoint)
+        # Its own pool: one connection to the collector, kept alive between batches.
+        self.pool = UpstreamPool(
+            connect_timeout_s=timeout_s,
+            idle_per_host=1,
+            max_per_host=1,
+            ssl_context=self.destination.ssl_context,
+        )
         self.propagator = TraceContextTextMapPropagator()
         self._spans: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._sending = threading.Lock()  # one batch on the wire at a time, in order
+        self._wake = trio.Event()
+        self._sending = trio.Lock()  # one batch on the wire at a time, in order
         self._delay_s = schedule_delay_s()
-        self._thread = threading.Thread(target=self._run, name="edgegw-span-export", daemon=True)
-        self._thread.start()
 
     def parent(self, headers: Sequence[tuple[bytes, bytes]]) -> Parent | None:
         """The client's trace context; None when its `traceparent` is absent or invalid."""
@@ -134,7 +245,8 @@ class Pipeline:
         trace_state: str,
     ) -> None:
         """Queue an ended span for export, or count it dropped when the queue is full.
-        `ids`: (trace id, span id, parent span id or None); `times`: (start, end) in ns."""
+        `ids`: (trace id, span id, parent span id or None); `times`: (start, end) in ns.
+        Called on the event loop's thread."""
         if not self.queue.admit():
             return
         self._spans.append(
@@ -143,36 +255,66 @@ class Pipeline:
         if len(self._spans) >= self.batch:
             self._wake.set()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self._delay_s)
-            self._wake.clear()
-            self._send()
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Export a batch whenever one is full or the schedule delay has passed; until
+        cancelled (`aclose` exports what is left)."""
+        task_status.started()
+        while True:
+            with trio.move_on_after(self._delay_s):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self.flush()
 
-    def _send(self) -> None:
-        """Export what waits, a batch at a time."""
-        with self._sending:
+    async def flush(self) -> None:
+        """Export what waits now, a batch at a time."""
+        async with self._sending:
             spans = self._spans
             while spans:
                 batch = [spans.popleft() for _ in range(min(self.batch, len(spans)))]
                 self.queue.taken(len(batch))
-                try:
-                    data = encode_otlp_spans(self.resource, "edgegw", self.version, batch)
-                    ok = bool(self._client.export(data).success)
-                except Exception:  # the client logs what the collector said
-                    log.debug("tracing: export failed", exc_info=True)
-                    ok = False
-                self.queue.done(len(batch), ok)
+                data = encode_otlp_spans(self.resource, "edgegw", self.version, batch)
+                self.queue.done(len(batch), await self._post(self.destination.body(data)))
 
-    def force_flush(self) -> bool:
-        """Export what is queued now (blocking: call from a thread)."""
-        self._send()
-        return True
+    async def _post(self, body: bytes) -> bool:
+        """POST one batch, retrying what the exporter retries; whether the collector took it."""
+        dest = self.destination
+        deadline = trio.current_time() + self.timeout_s
+        for attempt in range(MAX_RETRIES):
+            backoff = 2.0**attempt * random.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER)
+            try:
+                with trio.fail_after(max(0.0, deadline - trio.current_time())):
+                    resp = await self.pool.send(
+                        dest.origin, b"POST", dest.target, dest.headers, body
+                    )
+                    try:
+                        await resp.read(MAX_ANSWER_BYTES)
+                    except GatewayError:
+                        pass  # what it said does not matter past the status
+                    finally:
+                        await resp.aclose()
+            except trio.TooSlowError:
+                log.debug("tracing: export timed out after %.1f s", self.timeout_s)
+                return False
+            except GatewayError as e:  # refused, lost or unreadable: the exporter retries it
+                why = e.code
+            else:
+                status, why = resp.status, f"status {resp.status}"
+                if 200 <= status < 400:
+                    return True
+                if status not in RETRYABLE_STATUS:
+                    log.debug("tracing: the collector answered %d", status)
+                    return False
+                wait = retry_after_s(resp.header(b"retry-after"))
+                if wait is not None:
+                    backoff = wait
+            if attempt + 1 == MAX_RETRIES or backoff > deadline - trio.current_time():
+                log.debug("tracing: export failed (%s); not retried", why)
+                return False
+            log.debug("tracing: export failed (%s); retrying in %.2f s", why, backoff)
+            await trio.sleep(backoff)
+        return False
 
-    def shutdown(self) -> None:
-        """Export what is queued and stop the export thread (blocking)."""
-        self._stop.set()
-        self._wake.set()
-        self._thread.join(FLUSH_TIMEOUT_S)
-        self._send()
-        self.exporter.shutdown()  # type: ignore[no-untyped-call]
+    async def aclose(self) -> None:
+        """Export what is queued and close the collector's connection."""
+        await self.flush()
+        await self.pool.aclose()

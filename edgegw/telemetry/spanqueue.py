@@ -1,10 +1,10 @@
 """The bound on spans waiting for export and the counts of what became of them, shared by
-the tracing hooks (edgegw.telemetry.tracing) and the export pipeline (edgegw.telemetry.otelsdk)."""
+the tracing hooks (edgegw.telemetry.tracing) and the export pipeline (edgegw.telemetry.otelsdk),
+both on the event loop's thread: no lock."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 log = logging.getLogger("edgegw.tracing")
@@ -17,11 +17,9 @@ DROP_LOG_INTERVAL_S = 60.0
 
 
 class SpanQueue:
-    """The bound on spans waiting for export, and the counts of what became of them;
-    touched from the event loop (`admit`) and the export thread (`taken`, `exported`)."""
+    """The bound on spans waiting for export, and the counts of what became of them."""
 
     def __init__(self, limit: int = MAX_QUEUED_SPANS) -> None:
-        self._lock = threading.Lock()
         self.limit = limit
         self.pending = 0
         self.exported = 0
@@ -31,31 +29,27 @@ class SpanQueue:
 
     def admit(self) -> bool:
         """Whether one more ended span may wait for export (else it is counted dropped)."""
-        with self._lock:
-            if self.pending < self.limit:
-                self.pending += 1
-                return True
+        if self.pending < self.limit:
+            self.pending += 1
+            return True
         self.drop("queue_full", 1)
         return False
 
     def taken(self, n: int) -> None:
         """The exporter took a batch of `n`."""
-        with self._lock:
-            self.pending = max(0, self.pending - n)
+        self.pending = max(0, self.pending - n)
 
     def done(self, n: int, ok: bool) -> None:
         if not ok:
             self.drop("export_failed", n)
             return
-        with self._lock:
-            self.exported += n
+        self.exported += n
 
     def drop(self, reason: str, n: int) -> None:
-        with self._lock:
-            self.dropped[reason] += n
-            self._unlogged += n
-            now = time.monotonic()
-            if now - self._logged_at < DROP_LOG_INTERVAL_S:
-                return
-            self._logged_at, n, self._unlogged = now, self._unlogged, 0
+        self.dropped[reason] += n
+        self._unlogged += n
+        now = time.monotonic()
+        if now - self._logged_at < DROP_LOG_INTERVAL_S:
+            return
+        self._logged_at, n, self._unlogged = now, self._unlogged, 0
         log.warning("tracing: %d span(s) dropped (%s); is the collector reachable?", n, reason)

@@ -7,12 +7,13 @@ pays anything but `call.trace is None`: every hook in the request path is one su
 The SDK's parts are constructed by class, never looked up by entry-point name (the frozen
 binary has no entry points; edgegw.telemetry.otelsdk): the OTLP/HTTP exporter's HTTP client,
 the W3C trace context propagator (reading a client's `traceparent`), a resource of our own
-attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export runs in one thread of
-edgegw's own, never on the event loop.
+attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export is a task on the event
+loop (`Tracing.run`, started by serve()) posting with edgegw's own upstream client: no thread
+(edgegw.telemetry.otelsdk says what a thread cost).
 
 A request's spans are recorded here as plain objects (`Span`: name, ids, times, a dict of
-attributes) and queued as plain tuples when they end; the export thread encodes each batch
-in the Rust core (`encode_otlp_spans`) and hands the bytes to the SDK exporter's client.
+attributes) and queued as plain tuples when they end; the export task encodes each batch
+in the Rust core (`encode_otlp_spans`) and posts the bytes to the collector.
 The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
 processors: three quarters of what recording cost) and its `ReadableSpan` /
 `BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
@@ -41,6 +42,8 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from edgegw.ids import random_bits
 from edgegw.telemetry.spanqueue import SpanQueue
@@ -189,13 +192,17 @@ class Tracing:
         bound = round(self.settings.tracing_sampler_ratio * 2**64)
         return (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < bound
 
-    def force_flush(self) -> bool:
-        """Export what is queued (blocking: call from a thread)."""
-        return self.pipeline.force_flush()
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The export task: batches leave on their schedule until cancelled."""
+        await self.pipeline.run(task_status=task_status)
 
-    def shutdown(self) -> None:
-        """Export what is queued and stop the export thread (blocking: from a thread)."""
-        self.pipeline.shutdown()
+    async def force_flush(self) -> None:
+        """Export what is queued now."""
+        await self.pipeline.flush()
+
+    async def aclose(self) -> None:
+        """Export what is queued and close the collector's connection."""
+        await self.pipeline.aclose()
 
 
 class RequestTrace:
