@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from edgegw.settings import Settings
 
 access_log = logging.getLogger("edgegw.access")
+# Whether the access line carries its fields as record attributes: only the JSON format
+# writes them (set by `configure`; making the attributes costs every line).
+_fields = True
 
 REDACTED = "[REDACTED]"
 # A repeated warning is written once per this many seconds.
@@ -67,7 +70,12 @@ class Redacting(logging.Formatter):
 def redact(text: str, exact: re.Pattern[str] | None = None) -> str:
     if exact is not None:
         text = exact.sub(REDACTED, text)
-    return SECRET_SHAPES.sub(REDACTED, text)
+    # SECRET_SHAPES tries its lookbehinds at every position: 22 µs over an access line, where
+    # these three substring tests (what any match must contain) cost under 1 µs.
+    low = text.lower()
+    if "bearer " in low or "sk-" in low or "api_key=" in low:
+        text = SECRET_SHAPES.sub(REDACTED, text)
+    return text
 
 
 class RepeatFilter(logging.Filter):
@@ -113,6 +121,14 @@ def handler(settings: Settings, stream: IO[str] | None = None) -> logging.Handle
 
 def configure(settings: Settings) -> None:
     """The root logger's one handler, as LOG_LEVEL and LOG_FORMAT say."""
+    global _fields
+    # What no line of edgegw shows, not gathered for every record (logging's documented
+    # optimisations): the caller's file and line (a walk up the stack), thread, process.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    _fields = settings.log_format == "json"
     handler_ = handler(settings)
     root = logging.getLogger()
     for old in list(root.handlers):
@@ -166,7 +182,9 @@ def access_line(call: Call, duration_s: float) -> None:
         "-" if note.model is None else repr(note.model[:200]),
         call.request_id,
         address,
-        extra={
+        extra=None
+        if not _fields
+        else {
             "method": call.method,
             "route": call.path,
             "status": status,

@@ -178,9 +178,17 @@ def test_text_is_the_default_format() -> None:
         "Authorization: Bearer abc.def.ghi",
         "x sk-proj-AbC123xyz",
         "url?api_key=zzz123&x=1",
+        "authorization: BEARER abc.def.ghi",
+        "x SK-proj-AbC123xyz",
+        "url?API_KEY=zzz123",
     ],
 )
 def test_credential_shapes_are_redacted(text: str) -> None:
     out = redact(text)
     assert "[REDACTED]" in out
     assert not any(s in out for s in ("abc.def.ghi", "AbC123xyz", "zzz123"))
+
+
+def test_a_line_without_a_credential_shape_is_left_as_it_is() -> None:
+    line = "POST /v1/chat/completions 200 1.2ms ttft=- provider=openai model='gpt-4o' id=abc"
+    assert redact(line) == line
