@@ -211,18 +211,21 @@ def load(
     skip_s: float = 0.0,
     pid: int | None = None,
     on_stream: Callable[[list[float]], object] | None = None,
+    rate: float | None = None,
 ) -> Run:
     """A closed loop of ``body`` POSTed to ``path`` on ``connections`` keep-alive connections
     for ``seconds`` in all, or ``max_requests`` measured requests; ``stream``: expect SSE.
     Requests started in the first ``skip_s`` seconds (connection set-up) are not measured.
-    ``on_stream`` gets each measured stream's content event times (``Load``'s hook)."""
+    ``on_stream`` gets each measured stream's content event times (``Load``'s hook).
+    ``rate``: an open loop of that many requests a second instead (at most ``connections``
+    in flight)."""
     spec = LoadSpec(
         address="127.0.0.1",
         port=port,
         request=post(port, path, body),
         stream=stream,
         connections=connections,
-        rate=None,
+        rate=rate,
         duration_s=max(0.0, seconds - skip_s),
         warmup_s=skip_s,
         max_requests=max_requests,
