@@ -34,6 +34,8 @@ __all__ = [
     "detect_sensitive",
     "redact_text",
     "redact_json",
+    "encode_otlp_batch",
+    "encode_otlp_span",
     "encode_otlp_spans",
 ]
 
@@ -253,4 +255,18 @@ _OtlpSpan = tuple[
 
 def encode_otlp_spans(
     resource: dict[str, Any], scope_name: str, scope_version: str, spans: list[_OtlpSpan]
+) -> bytes: ...
+def encode_otlp_span(
+    name: str,
+    ids: tuple[int, int, int | None],
+    remote_parent: bool,
+    kind: int,
+    attributes: dict[str, Any],
+    events: list[tuple[str, dict[str, Any], int]] | None,
+    times: tuple[int, int],
+    error: bool,
+    trace_state: str,
+) -> bytes: ...
+def encode_otlp_batch(
+    resource: dict[str, Any], scope_name: str, scope_version: str, entries: list[bytes]
 ) -> bytes: ...
