@@ -35,7 +35,7 @@ __all__ = [
     "redact_text",
     "redact_json",
     "encode_otlp_batch",
-    "encode_otlp_span",
+    "encode_otlp_trace",
     "encode_otlp_spans",
 ]
 
@@ -256,17 +256,23 @@ _OtlpSpan = tuple[
 def encode_otlp_spans(
     resource: dict[str, Any], scope_name: str, scope_version: str, spans: list[_OtlpSpan]
 ) -> bytes: ...
-def encode_otlp_span(
-    name: str,
-    ids: tuple[int, int, int | None],
-    remote_parent: bool,
-    kind: int,
-    attributes: dict[str, Any],
-    events: list[tuple[str, dict[str, Any], int]] | None,
-    times: tuple[int, int],
-    error: bool,
-    trace_state: str,
-) -> bytes: ...
+
+# A span of one trace: (name, span id, parent span id or None, remote parent, kind,
+# attributes, events or None, start ns, end ns, error).
+_OtlpTraceSpan = tuple[
+    str,
+    int,
+    int | None,
+    bool,
+    int,
+    dict[str, Any],
+    list[tuple[str, dict[str, Any], int]] | None,
+    int,
+    int,
+    bool,
+]
+
+def encode_otlp_trace(trace_id: int, trace_state: str, spans: list[_OtlpTraceSpan]) -> bytes: ...
 def encode_otlp_batch(
     resource: dict[str, Any], scope_name: str, scope_version: str, entries: list[bytes]
 ) -> bytes: ...

@@ -16,6 +16,10 @@ _rng = random.Random()
 os.register_at_fork(after_in_child=_rng.seed)
 
 
+# A random integer of so many bits (0 included): the hot paths' way, one call fewer.
+getrandbits = _rng.getrandbits
+
+
 def random_bits(bits: int) -> int:
     """A random integer of `bits` bits, never 0 (0 is an invalid trace or span id)."""
     return _rng.getrandbits(bits) or 1

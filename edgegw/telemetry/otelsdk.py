@@ -1,7 +1,7 @@
-"""The export pipeline: each span encoded in the Rust core as it ends (`encode_otlp_span`,
-rust/src/otlp_trace.rs), batched by a Trio task on the event loop (`encode_otlp_batch`
-joins the entries) and POSTed to the collector with edgegw's own upstream client
-(edgegw.upstream). Imported only when tracing is
+"""The export pipeline: a request's spans encoded in the Rust core in one call when it ends
+(`encode_otlp_trace`, rust/src/otlp_trace.rs), batched by a Trio task on the event loop
+(`encode_otlp_batch` joins the entries) and POSTed to the collector with edgegw's own
+upstream client (edgegw.upstream). Imported only when tracing is
 on (edgegw.telemetry.tracing); the SDK's parts are built by class (no entry points: the
 frozen binary has none).
 
@@ -29,11 +29,12 @@ more. The same spans posted from the event loop, as here, cost what bench/README
 OTEL_BSP_SCHEDULE_DELAY (default 5000 ms) is honoured as the SDK's processor did: a batch
 leaves when a full batch (512 spans, edgegw.telemetry.tracing) waits or the delay has passed.
 
-Each span is encoded as it ends, not a batch at once: in a gateway under load (2026-12-02,
-a closed loop of 32 connections), encoding a batch of 512 span tuples took 3.7 ms of the
-event loop (29 µs a request, against 12 µs in bench.tracing_encode, whose spans share their
-strings and stay in the cache); a span encoded while its attributes are fresh costs less,
-and no batch stalls the streams the loop is relaying.
+A request's spans are encoded when it ends, not a batch at once: in a gateway under load
+(2026-12-02, a closed loop of 32 connections), encoding a batch of 512 span tuples took
+3.7 ms of the event loop (29 µs a request, against 12 µs in bench.tracing_encode, whose
+spans share their strings and stay in the cache), a stall for every stream the loop relays.
+One call a request rather than one a span: each span encoded on its own cost 7.2 µs
+(wall, in the same gateway).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.re import parse_env_headers
 
-from edgegw._core import encode_otlp_batch, encode_otlp_span
+from edgegw._core import encode_otlp_batch, encode_otlp_trace
 from edgegw.errors import GatewayError
 from edgegw.settings import SettingsError
 from edgegw.telemetry.spanqueue import SpanQueue
@@ -219,8 +220,10 @@ class Pipeline:
             ssl_context=self.destination.ssl_context,
         )
         self.propagator = TraceContextTextMapPropagator()
-        # Ended spans, each already encoded (an entry of the batch's ScopeSpans).
-        self._spans: collections.deque[bytes] = collections.deque()
+        # Ended spans, already encoded (entries of a batch's ScopeSpans), a trace's at a
+        # time: (entries, how many spans), and how many spans wait in all.
+        self._spans: collections.deque[tuple[bytes, int]] = collections.deque()
+        self._queued = 0
         self._wake = trio.Event()
         self._sending = trio.Lock()  # one batch on the wire at a time, in order
         self._delay_s = schedule_delay_s()
@@ -239,29 +242,18 @@ class Pipeline:
             ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, ctx.trace_state.to_header()
         )
 
-    def export(
-        self,
-        name: str,
-        ids: tuple[int, int, int | None],
-        remote_parent: bool,
-        kind: int,
-        attributes: dict[str, Any],
-        events: list[tuple[str, dict[str, Any], int]] | None,
-        times: tuple[int, int],
-        error: bool,
-        trace_state: str,
-    ) -> None:
-        """Encode an ended span and queue it for export, or count it dropped when the
-        queue is full. `ids`: (trace id, span id, parent span id or None); `times`: (start,
-        end) in ns. Called on the event loop's thread."""
-        if not self.queue.admit():
+    def export(self, trace_id: int, trace_state: str, spans: list[tuple[Any, ...]]) -> None:
+        """Encode a trace's ended spans (`encode_otlp_trace`'s tuples) and queue them for
+        export, or count them dropped when the queue has no room for them all. Called on
+        the event loop's thread, once a request (edgegw.telemetry.tracing)."""
+        queue, n = self.queue, len(spans)
+        if queue.pending + n > queue.limit:
+            queue.drop("queue_full", n)
             return
-        self._spans.append(
-            encode_otlp_span(
-                name, ids, remote_parent, kind, attributes, events, times, error, trace_state
-            )
-        )
-        if len(self._spans) >= self.batch:
+        queue.pending += n
+        self._spans.append((encode_otlp_trace(trace_id, trace_state, spans), n))
+        self._queued += n
+        if self._queued >= self.batch:
             self._wake.set()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -279,10 +271,15 @@ class Pipeline:
         async with self._sending:
             spans = self._spans
             while spans:
-                batch = [spans.popleft() for _ in range(min(self.batch, len(spans)))]
-                self.queue.taken(len(batch))
+                batch, n = [], 0
+                while spans and n < self.batch:  # a trace's spans stay together
+                    entries, count = spans.popleft()
+                    batch.append(entries)
+                    n += count
+                self._queued -= n
+                self.queue.taken(n)
                 data = encode_otlp_batch(self.resource, "edgegw", self.version, batch)
-                self.queue.done(len(batch), await self._post(self.destination.body(data)))
+                self.queue.done(n, await self._post(self.destination.body(data)))
 
     async def _post(self, body: bytes) -> bool:
         """POST one batch, retrying what the exporter retries; whether the collector took it."""

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from edgegw.ids import random_bits
+from edgegw.ids import getrandbits, random_bits
 from edgegw.telemetry.spanqueue import SpanQueue
 
 if TYPE_CHECKING:
@@ -70,12 +70,8 @@ INSTRUMENTATION = "edgegw"
 INTERNAL, SERVER, CLIENT = 1, 2, 3
 
 
-def _span_id() -> int:
-    return random_bits(64)
-
-
 class Span:
-    """One span being recorded; queued for export as a plain tuple when it ends."""
+    """One span being recorded; kept as a plain tuple when it ends (`end`)."""
 
     __slots__ = (
         "trace",
@@ -100,7 +96,7 @@ class Span:
     ) -> None:
         self.trace = trace
         self.name = name
-        self.span_id = _span_id()
+        self.span_id = getrandbits(64) or 1
         self.parent_id = parent_id
         self.kind = kind
         self.attributes = attributes
@@ -122,20 +118,29 @@ class Span:
             self.events.append((name, dict(attributes or {}), time.time_ns()))
 
     def end(self) -> None:
+        """Ended: kept with the trace's, which are exported together when the server span
+        ends (one a request; a span ending after it is exported at once)."""
         if not self.ended:
             self.ended = True
             trace = self.trace
-            trace.tracing.pipeline.export(
-                self.name,
-                (trace.id, self.span_id, self.parent_id),
-                self is trace.server,  # the server span's parent is the client's
-                self.kind,
-                self.attributes,
-                self.events,
-                (self.start_ns, time.time_ns()),
-                self.error,
-                trace.state,
+            server = self is trace.server  # its parent is the client's
+            trace.ended.append(
+                (
+                    self.name,
+                    self.span_id,
+                    self.parent_id,
+                    server,
+                    self.kind,
+                    self.attributes,
+                    self.events,
+                    self.start_ns,
+                    time.time_ns(),
+                    self.error,
+                )
             )
+            if server or trace.server.ended:
+                trace.tracing.pipeline.export(trace.id, trace.state, trace.ended)
+                trace.ended = []
 
 
 class Tracing:
@@ -204,10 +209,17 @@ class Tracing:
         await self.pipeline.aclose()
 
 
+# (attribute, the usage member that gives it, the member read when the first is absent)
+_USAGE_KEYS = (
+    ("gen_ai.usage.input_tokens", "prompt_tokens", "input_tokens"),
+    ("gen_ai.usage.output_tokens", "completion_tokens", "output_tokens"),
+)
+
+
 class RequestTrace:
     """One request's spans: the server span and the hooks its children are made with."""
 
-    __slots__ = ("tracing", "id", "state", "server")
+    __slots__ = ("tracing", "id", "state", "server", "ended")
 
     def __init__(self, tracing: Tracing, trace_id: int, state: str) -> None:
         self.tracing = tracing
@@ -215,6 +227,8 @@ class RequestTrace:
         # The client's `tracestate`, passed on as it came.
         self.state = state
         self.server: Span
+        # Spans ended and not yet exported (`Span.end`).
+        self.ended: list[tuple[Any, ...]] = []
 
     @property
     def trace_id(self) -> str:
@@ -268,12 +282,11 @@ class RequestTrace:
         if response_model:
             attrs["gen_ai.response.model"] = clip(response_model)
         if usage:
-            for key, keys in (
-                ("gen_ai.usage.input_tokens", ("prompt_tokens", "input_tokens")),
-                ("gen_ai.usage.output_tokens", ("completion_tokens", "output_tokens")),
-            ):
-                n = next((usage[k] for k in keys if k in usage), None)
-                if isinstance(n, int) and not isinstance(n, bool):
+            for key, first, other in _USAGE_KEYS:
+                n = usage.get(first)
+                if n is None:
+                    n = usage.get(other)
+                if type(n) is int:
                     attrs[key] = n
         if finish_reasons:
             attrs["gen_ai.response.finish_reasons"] = [clip(r) for r in finish_reasons]
