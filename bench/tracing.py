@@ -20,7 +20,6 @@ import argparse
 import os
 import random
 import statistics
-import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from bench.harness import CHAT, CORE_A, CORE_B, free_port, load, loadavg, mock_args, process
@@ -98,7 +97,6 @@ def main() -> None:
     if ns.base:
         cells["base, off"] = (False, ns.base, "WARNING", {})
         cells["base, on"] = (True, ns.base, "WARNING", {})
-    ports = {name: free_port() for name in cells}
     loads = ["closed"] + (["rate"] if ns.rate else [])
     cpu = {(name, kind): [] for name in cells for kind in loads}
     rps = {(name, kind): [] for name in cells for kind in loads}
@@ -107,28 +105,23 @@ def main() -> None:
         process(["-c", sink_code], CORE_A, port=sink_port),
         process(mock_args(mock_port), CORE_A, port=mock_port),
     ):
-        procs = {}
-        try:
-            for name, (tracing, base, level, extra) in cells.items():
-                ctx = _gateway(ports[name], mock_port, sink_port, tracing, base, level, extra)
-                procs[name] = (ctx, ctx.__enter__())
-            for name in cells:  # warm-up
-                load(ports[name], CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
-            for _ in range(ns.rounds):
-                order = [(name, kind) for name in cells for kind in loads]
-                random.shuffle(order)
-                for name, kind in order:
+        for _ in range(ns.rounds):
+            # Fresh processes every round: one process keeps its own luck (memory layout,
+            # hash seed) through a run, worth +-10 % here, more than the effects measured.
+            order = [(name, kind) for name in cells for kind in loads]
+            random.shuffle(order)
+            for name, kind in order:
+                tracing, base, level, extra = cells[name]
+                port = free_port()
+                with _gateway(port, mock_port, sink_port, tracing, base, level, extra) as proc:
+                    load(port, CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
                     r = load(
-                        ports[name], CHAT, "/v1/chat/completions", ns.connections,
-                        ns.seconds, 1_000_000, pid=procs[name][1].pid,
-                        rate=ns.rate if kind == "rate" else None,
+                        port, CHAT, "/v1/chat/completions", ns.connections, ns.seconds,
+                        1_000_000, pid=proc.pid, rate=ns.rate if kind == "rate" else None,
                     )  # fmt: skip
-                    assert r.errors == 0, (name, r.statuses, r.error_kinds)
-                    cpu[name, kind].append(r.server_cpu_s / r.requests * 1e6)
-                    rps[name, kind].append(r.rps)
-        finally:
-            for ctx, _ in procs.values():
-                ctx.__exit__(*sys.exc_info())
+                assert r.errors == 0, (name, r.statuses, r.error_kinds)
+                cpu[name, kind].append(r.server_cpu_s / r.requests * 1e6)
+                rps[name, kind].append(r.rps)
     print(f"load average after: {loadavg()}")
     for kind in loads:
         title = "closed loop" if kind == "closed" else f"open loop, {ns.rate:g} req/s"
