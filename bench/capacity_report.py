@@ -122,6 +122,10 @@ def _fmt(v: Any, spec: str = ",.0f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _mib(v: float | None) -> str:
+    return "(as edgegw)" if v is None else f"{v:.1f} MiB"
+
+
 def print_table(out: dict) -> None:
     s = out["summary"]
     print(f"\nlayout: {out['layout']['default']}; added p50: {out['layout']['added_p50_c1']}; "
@@ -141,7 +145,7 @@ def print_table(out: dict) -> None:
         row = (t, c("rps64", "rps"), c("rps64", "server_cpu_us_per_request"),
                lat if lat == "-" else lat + " ms", c("streams16", "rps"),
                c("rps64_slow50", "rps"), _fmt(cap.get(t, {}).get("sustained_streams"), ","),
-               _fmt(out.get("idle_rss_mib", {}).get(t), ".1f") + " MiB")  # fmt: skip
+               _mib(out.get("idle_rss_mib", {}).get(t)))  # fmt: skip
         print("| " + " | ".join(row) + " |")
     if "streams16" in cells:
         print("events per stream @16: " + ", ".join(
