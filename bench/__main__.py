@@ -8,6 +8,7 @@
     python -m bench streaming                # SSE relay: events/s, added inter-chunk gap
     python -m bench memory                   # RSS idle, under load, per idle connection, soak
     python -m bench profile                  # py-spy of the gateway under load, summarised
+    python -m bench capacity                 # the capacity issue's ratios, Go mock and generator
     python -m bench all                      # parse, client, latency, throughput; JSON to bench/results/
 
 Processes are pinned with sched_setaffinity: for latency everything shares core 0 (on a
@@ -34,6 +35,8 @@ import trio
 from bench import client_bench, parse_bench
 from bench.accept import add_arguments as accept_arguments
 from bench.accept import cmd_accept
+from bench.capacity import add_arguments as capacity_arguments
+from bench.capacity import cmd_capacity
 from bench.harness import (
     CHAT,
     CHAT_DIRECT,
@@ -287,6 +290,9 @@ def main() -> None:
     ll.add_argument("--max-wait", type=float, default=300, help="seconds to wait for quiet")
     pool_arguments(sub.add_parser("pool", help="upstream pool under many streams to one host"))
     accept_arguments(sub.add_parser("accept", help="--workers 2: shared socket vs SO_REUSEPORT"))
+    capacity_arguments(
+        sub.add_parser("capacity", help="every capacity ratio in one run, Go mock and generator")
+    )
     a = sub.add_parser("all")
     a.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
@@ -317,6 +323,7 @@ def main() -> None:
             "llm": cmd_llm,
             "pool": cmd_pool,
             "accept": cmd_accept,
+            "capacity": cmd_capacity,
         }[ns.cmd](ns)
         if ns.cmd == "peers":
             print_peers(results["peers"])

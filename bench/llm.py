@@ -172,8 +172,15 @@ def cmd_llm(ns: argparse.Namespace) -> dict:
                 d.pop(name, None)
         for name, pid in pids.items():
             pin_tree(pid, CORE_A if name == "mock_direct" else CORE_B)
+        # The shared bodies ask for max_tokens 16, which the mock honours: without this the
+        # streams would be 16 tokens (0.78 s), not the nominal length the arrivals assume.
+        cap = b'"max_tokens":%d' % mock.tokens
         targets = {
-            n: llm.Target("127.0.0.1", ports[n], post(ports[n], PATH, streaming(bodies[n])))
+            n: llm.Target(
+                "127.0.0.1",
+                ports[n],
+                post(ports[n], PATH, streaming(bodies[n].replace(b'"max_tokens":16', cap))),
+            )
             for n in ports
         }
         for n, t in targets.items():  # warm-up: connections, pools, code paths

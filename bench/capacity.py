@@ -1,0 +1,410 @@
+"""`python -m bench capacity`: every ratio of the capacity issue from one run, with a Go
+instrument (bench/gopeer/: the mock upstream and the load generators, so core 0 is no
+longer the ceiling a Python mock and generator made it) and a Go reverse proxy as the
+stand-in for a Go gateway.
+
+Layout: the server under test alone on core 1 (the others idle there), the Go mocks and the
+Go generator on core 0. The workers cells run edgegw unpinned (``--workers 2``, and the one
+worker process re-pinned to both cores for its cell) while the mocks and the generator stay
+on core 0: there the server shares core 0 with the instrument, which the output says.
+
+Targets: ``mock_direct``; ``go_proxy`` (httputil.ReverseProxy, the floor of a Go gateway);
+``bare_hypercorn`` (bench/bare_app.py: a canned answer for the fast cells, passing the paced
+mock's streams through with ``--upstream`` for the capacity search); ``edgegw`` (one worker,
+core 1); ``edgegw_w1_unpinned`` (the same process on both cores) and ``edgegw_w2_unpinned``
+(``--workers 2``). edgegw runs with ``EDGEGW_MAX_IN_FLIGHT`` and ``UPSTREAM_POOL_MAX_PER_HOST``
+raised to 100,000, so that its admission bounds (1,024 each by default) do not cap the search.
+
+Cells, per round every target in a new random order, medians over ``--rounds``:
+
+- ``rps64``: req/s at 64 keep-alive connections, non-streaming, 16 tokens (the fast mock);
+  with the server's CPU µs per request (its process tree, /proc schedstat);
+- ``added_p50_c1``: p50 at one request in flight minus the mock direct's in the same round,
+  everything on core 0 for the cell (cross-core wake-ups dominate one request in flight);
+- ``streams16``: streams/s at 16 connections, 48 tokens: 51 SSE events a stream (role chunk,
+  48 content chunks, finish chunk, [DONE]; edgegw's count is reported beside it);
+- ``rps64_slow50``: req/s at 64 connections with a 50 ms upstream (``mock-slow-first-byte-50``),
+  quoted as a share of direct (the canned bare app has no upstream: not in this cell);
+- ``capacity``: concurrent paced streams (``--tokens`` at ``--token-rate`` with ``--jitter``,
+  first token after ``--first-token-ms``), the step search of edgegw.bench.llm (``Search``)
+  with each step run by ``gopeer streams``: warm-up one stream length, ``--step-seconds``
+  measured while arrivals keep C in flight; pass: no error and added gap p99 <= 5 ms. One
+  step per target per round, targets in random order, within ``--budget`` seconds;
+- ``cost``: edgegw at ``--cost-streams`` paced streams, once per round: server CPU µs per
+  relayed event (over the measured phase, every event the generator received in it) and
+  RSS per stream in flight (RSS over the measured phase minus RSS before the step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from bench import capacity_report, gopeer
+from bench.harness import (
+    CHAT,
+    CHAT_DIRECT,
+    CORE_A,
+    CORE_B,
+    PATH,
+    MiB,
+    RssSampler,
+    free_port,
+    loadavg,
+    process,
+    raise_nofile,
+    rss_bytes,
+    scratch_dir,
+    streaming,
+    tree_pids,
+    wait_quiet,
+)
+from edgegw.bench import llm
+
+SLOW_MODEL = "mock-slow-first-byte-50"
+EVENTS_TOKENS = 48  # 51 SSE events: role, 48 content chunks, finish, [DONE]
+FAST = ("mock_direct", "go_proxy", "bare_hypercorn", "edgegw")
+WORKERS = ("edgegw_w1_unpinned", "edgegw_w2_unpinned")
+CELLS = {
+    "rps64": FAST + WORKERS,
+    "added_p50_c1": FAST,
+    "streams16": FAST,
+    "rps64_slow50": ("mock_direct", "go_proxy", "edgegw"),
+}
+CAPACITY = FAST + WORKERS
+BOTH = {CORE_A, CORE_B}
+PAUSE_S = 0.5  # between cells
+STEP_PAUSE_S = 2.0  # between steps: the cut streams of the last one are cleaned up
+
+
+def _edgegw_env(mock_port: int, workers: int) -> dict[str, str]:
+    return {
+        "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
+        "OPENAI_API_KEY": "bench-key",
+        "LOG_LEVEL": "WARNING",
+        "EDGEGW_WORKERS": str(workers),
+        "EDGEGW_MAX_IN_FLIGHT": "100000",
+        "UPSTREAM_POOL_MAX_PER_HOST": "100000",
+    }
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of every process of the tree onto ``cpus``."""
+    for p in tree_pids(pid):
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                os.sched_setaffinity(int(task), cpus)
+        except OSError:
+            pass
+
+
+def _on_core_a() -> None:
+    os.sched_setaffinity(0, {CORE_A})
+    raise_nofile()
+
+
+class Rig:
+    """The servers of one run: per target its fast and paced instances, bodies and cores."""
+
+    def __init__(self, ns: argparse.Namespace, stack: ExitStack, binary: Path) -> None:
+        self.ns, self.binary = ns, binary
+        self.work = scratch_dir()
+        self.stream_s = ns.first_token_ms / 1000 + ns.tokens / ns.token_rate
+        self.port: dict[tuple[str, str], int] = {}
+        self.pid: dict[tuple[str, str], int] = {}
+        self.cpus: dict[str, set[int]] = {}
+        go = str(binary)
+        fast_mock, paced_mock = free_port(), free_port()
+        paced = ["--token-rate", str(ns.token_rate), "--first-token-ms", str(ns.first_token_ms),
+                 "--jitter", str(ns.jitter), "--stamp"]  # fmt: skip
+
+        def start(name: str, kind: str, args: list[str], cpu: int, exe: str | None, env=None):
+            port = int(args[args.index("--port") + 1])
+            proc = stack.enter_context(process(args, cpu, env, port, exe=exe, ready_s=60))
+            self.port[name, kind], self.pid[name, kind] = port, proc.pid
+
+        start(
+            "mock_direct", "fast", ["mock", "--port", str(fast_mock), "--tokens", "200"], CORE_A, go
+        )
+        start("mock_direct", "paced",
+              ["mock", "--port", str(paced_mock), "--tokens", str(ns.tokens), *paced], CORE_A, go)  # fmt: skip
+        for kind, up in (("fast", fast_mock), ("paced", paced_mock)):
+            p = free_port()
+            start("go_proxy", kind,
+                  ["proxy", "--port", str(p), "--upstream", f"http://127.0.0.1:{up}"], CORE_B, go)  # fmt: skip
+            p = free_port()
+            extra = ["--tokens", str(EVENTS_TOKENS)] if kind == "fast" else [
+                "--upstream", f"http://127.0.0.1:{up}/v1"]  # fmt: skip
+            start("bare_hypercorn", kind, ["-m", "bench.bare_app", "--port", str(p), *extra],
+                  CORE_B, None)  # fmt: skip
+            for name, workers in (("edgegw", 1), ("edgegw_w2_unpinned", 2)):
+                p = free_port()
+                start(name, kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B, None,
+                      _edgegw_env(up, workers))  # fmt: skip
+        for kind in ("fast", "paced"):  # the one worker again, re-pinned for its cells
+            self.port["edgegw_w1_unpinned", kind] = self.port["edgegw", kind]
+            self.pid["edgegw_w1_unpinned", kind] = self.pid["edgegw", kind]
+        for name in FAST + WORKERS:
+            self.cpus[name] = {CORE_A} if name == "mock_direct" else {CORE_B}
+        for name in WORKERS:
+            self.cpus[name] = BOTH
+        time.sleep(2)  # workers of --workers 2 come up after the port opens
+        self.layout()
+
+    def layout(self, cell_target: str | None = None, cpus: set[int] | None = None) -> None:
+        """Every server on its cores; ``cell_target`` on ``cpus`` (default: its own)."""
+        for (name, _kind), pid in self.pid.items():
+            if name == "edgegw_w1_unpinned":
+                continue
+            pin(pid, self.cpus[name])
+        if cell_target is not None:
+            for kind in ("fast", "paced"):
+                pin(self.pid[cell_target, kind], cpus or self.cpus[cell_target])
+
+    def body_file(self, name: str, cell: str) -> str:
+        body = CHAT_DIRECT if name in ("mock_direct", "go_proxy") else CHAT
+        if cell == "rps64_slow50":
+            body = body.replace(b"gpt-4o-mini", SLOW_MODEL.encode())
+        elif cell == "streams16":
+            body = streaming(body.replace(b'"max_tokens":16', b'"max_tokens":%d' % EVENTS_TOKENS))
+        elif cell in ("capacity", "cost"):
+            body = streaming(body.replace(b'"max_tokens":16', b'"max_tokens":%d' % self.ns.tokens))
+        path = self.work / f"{name}-{cell}.json"
+        if not path.exists():
+            path.write_bytes(body)
+        return str(path)
+
+    def generate(self, args: list[str], name: str, kind: str, rss: bool = False) -> dict:
+        """Run one generator (pinned to core 0); the server's CPU over its measured phase."""
+        pid = self.pid[name, kind]
+        meter = llm.Meter.of_pid(pid, name)
+        rss_before = rss_bytes(pid)
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(
+                [str(self.binary), *args], stdout=subprocess.PIPE, stderr=err, text=True,
+                preexec_fn=_on_core_a,
+            )  # fmt: skip
+            result, cpu, t, sampler = None, [0.0, 0.0], [0.0, 0.0], None
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("phase run"):
+                    cpu[0], t[0] = meter.cpu_s(), time.monotonic()
+                    if rss:
+                        sampler = RssSampler(pid, 0.2).__enter__()
+                elif line.startswith("phase done"):
+                    cpu[1], t[1] = meter.cpu_s(), time.monotonic()
+                    if sampler is not None:
+                        sampler.__exit__()
+                elif line.startswith("{"):
+                    result = json.loads(line)
+            proc.wait(timeout=120)
+            if proc.returncode or result is None:
+                err.seek(0)
+                raise RuntimeError(f"gopeer {args[0]} failed: {err.read().decode()[-2000:]}")
+        result["server_cpu_s"] = round(cpu[1] - cpu[0], 4)
+        result["server_busy_cores"] = round((cpu[1] - cpu[0]) / max(1e-9, t[1] - t[0]), 3)
+        if sampler is not None and sampler.samples:
+            mean = statistics.mean(r for _, r in sampler.samples)
+            flight = result["in_flight"]["mean"]
+            result["rss_before_mib"] = round(rss_before / MiB, 1)
+            result["rss_mean_mib"] = round(mean / MiB, 1)
+            result["rss_per_stream_kib"] = (
+                round((mean - rss_before) / flight / 1024, 1) if flight else None
+            )
+        return result
+
+    # -- cells ---------------------------------------------------------------------------
+
+    def load_cell(self, cell: str, name: str) -> dict:
+        conns = {"rps64": 64, "added_p50_c1": 1, "streams16": 16, "rps64_slow50": 64}[cell]
+        seconds = min(self.ns.seconds, 3.0) if cell == "added_p50_c1" else self.ns.seconds
+        args = ["load", "--port", str(self.port[name, "fast"]), "--path", PATH,
+                "--body-file", self.body_file(name, cell), "--connections", str(conns),
+                "--seconds", str(seconds), "--warmup-s", str(min(1.0, seconds))]  # fmt: skip
+        if cell == "streams16":
+            args.append("--stream")
+        if cell == "added_p50_c1":  # the latency layout: everything on core 0
+            self.layout(name, {CORE_A})
+        else:
+            self.layout(name)
+        try:
+            r = self.generate(args, name, "fast")
+        finally:
+            self.layout()
+        ok = r["ok"]
+        r["server_cpu_us_per_request"] = round(r["server_cpu_s"] / ok * 1e6, 1) if ok else None
+        r["loadavg"] = loadavg()
+        return r
+
+    def stream_step(
+        self, name: str, streams: int, cell: str = "capacity", warm_up: bool = False
+    ) -> dict:
+        """One step of ``streams`` paced streams; ``warm_up``: a short one, not measured."""
+        ns = self.ns
+        self.layout(name)
+        gap_ms = 1000 / ns.token_rate
+        warmup_s, seconds = (0.5, 1.0) if warm_up else (self.stream_s, ns.step_seconds)
+        args = ["streams", "--port", str(self.port[name, "paced"]), "--path", PATH,
+                "--body-file", self.body_file(name, cell), "--streams", str(streams),
+                "--seconds", str(seconds), "--warmup-s", f"{warmup_s:.3f}",
+                "--stream-s", f"{self.stream_s:.3f}", "--nominal-gap-ms", f"{gap_ms:.3f}"]  # fmt: skip
+        r = self.generate(args, name, "paced", rss=True)
+        time.sleep(STEP_PAUSE_S)
+        errors = r["requests"]["errors"]
+        p99 = (r["added_gap_ms"] or {}).get("p99")
+        why = None
+        if errors:
+            why = f"{errors} errors {r['errors_by_kind']}"
+        elif not r["requests"]["ok"]:
+            why = "no stream completed"
+        elif p99 is None:
+            why = "no gap measured"
+        elif p99 > ns.gap_p99_ms:
+            why = f"added gap p99 {p99:.2f} ms > {ns.gap_p99_ms:g} ms"
+        events = r["events_run"]
+        r.update(
+            streams=streams,
+            passed=why is None,
+            why=why,
+            cpu_us_per_event=round(r["server_cpu_s"] / events * 1e6, 2) if events else None,
+            loadavg=loadavg(),
+        )
+        return r
+
+
+def _fast_phase(rig: Rig, ns: argparse.Namespace) -> dict:
+    rows: dict[str, dict[str, list[dict]]] = {c: {t: [] for t in ts} for c, ts in CELLS.items()}
+    for t in FAST + WORKERS:  # warm-up: connections, pools, code paths
+        rig.load_cell("rps64", t)
+    for rnd in range(ns.rounds):
+        cells = list(CELLS)
+        random.shuffle(cells)
+        for cell in cells:
+            order = list(CELLS[cell])
+            random.shuffle(order)
+            for t in order:
+                rows[cell][t].append(rig.load_cell(cell, t))
+                time.sleep(PAUSE_S)
+        print(
+            f"  round {rnd + 1}/{ns.rounds} (load {loadavg()[0]:.2f}): "
+            + "; ".join(
+                f"{c} " + ", ".join(f"{t} {rows[c][t][-1]['rps']:.0f}" for t in CELLS[c])
+                for c in CELLS
+            ),
+            flush=True,
+        )
+    return rows
+
+
+def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> dict:
+    spec = llm.LlmSpec(start_streams=ns.start, max_streams=ns.max_streams,
+                       step_s=ns.step_seconds, budget_s=ns.budget, gap_p99_ms=ns.gap_p99_ms)  # fmt: skip
+    searches = {t: llm.Search(spec) for t in CAPACITY}
+    step_s = rig.stream_s + ns.step_seconds + STEP_PAUSE_S + 1
+    t0, rnd = time.monotonic(), 0
+    while True:
+        live = [t for t, s in searches.items() if s.next is not None]
+        if not live or time.monotonic() - t0 + step_s * len(live) > ns.budget:
+            break
+        rnd += 1
+        random.shuffle(live)
+        for t in live:
+            streams = searches[t].next
+            assert streams is not None
+            searches[t].record(rig.stream_step(t, streams))
+            s = searches[t].steps[-1]
+            print(
+                f"  capacity round {rnd}: {t} {streams} streams "
+                f"{'pass' if s['passed'] else 'FAIL (' + s['why'] + ')'}; in flight "
+                f"{s['in_flight']['mean']:.0f}, added gap p99 "
+                f"{(s['added_gap_ms'] or {}).get('p99')} ms (load {loadavg()[0]:.2f})",
+                flush=True,
+            )
+    return {t: s.result() for t, s in searches.items()}
+
+
+def _cost_phase(rig: Rig, ns: argparse.Namespace) -> list[dict]:
+    steps = []
+    for rnd in range(ns.rounds):
+        steps.append(rig.stream_step("edgegw", ns.cost_streams, "cost"))
+        s = steps[-1]
+        print(
+            f"  cost round {rnd + 1}: edgegw at {ns.cost_streams} streams: "
+            f"{s['cpu_us_per_event']} µs CPU/event, {s.get('rss_per_stream_kib')} KiB/stream, "
+            f"in flight {s['in_flight']['mean']:.0f} (load {loadavg()[0]:.2f})",
+            flush=True,
+        )
+    return steps
+
+
+def estimate_s(ns: argparse.Namespace) -> float:
+    stream_s = ns.first_token_ms / 1000 + ns.tokens / ns.token_rate
+    fast = 0.0
+    if "fast" in ns.phases:
+        per_round = sum(
+            len(ts) * ((min(ns.seconds, 3.0) if c == "added_p50_c1" else ns.seconds) + 1.6)
+            for c, ts in CELLS.items()
+        )
+        fast = per_round * (ns.rounds + 0.4)
+    cost = ns.rounds * (stream_s + ns.step_seconds + STEP_PAUSE_S + 1) if "cost" in ns.phases else 0
+    warm = 6 * 5.0 if {"cost", "capacity"} & set(ns.phases) else 0
+    return 40 + fast + warm + (ns.budget if "capacity" in ns.phases else 0) + cost
+
+
+def cmd_capacity(ns: argparse.Namespace) -> dict:
+    os.sched_setaffinity(0, {CORE_A})
+    raise_nofile()
+    binary = gopeer.build()
+    print(f"capacity run: about {estimate_s(ns) / 60:.0f} min at most; gopeer {binary}", flush=True)
+    out: dict = {"quiet": wait_quiet(max_wait_s=ns.max_wait), "gopeer": str(binary)}
+    out["layout"] = {
+        "default": f"server under test alone on core {CORE_B}; Go mocks and Go generator on core {CORE_A}",
+        "added_p50_c1": f"server, mock and generator all on core {CORE_A}",
+        "workers": f"edgegw unpinned on cores {sorted(BOTH)}: it shares core {CORE_A} with the "
+        "Go mocks and the Go generator",
+    }
+    out["params"] = {k: v for k, v in vars(ns).items() if k != "cmd"}
+    with ExitStack() as stack:
+        rig = Rig(ns, stack, binary)
+        out["stream_s"] = round(rig.stream_s, 3)
+        out["idle_rss_mib"] = {
+            t: round(rss_bytes(rig.pid[t, "fast"]) / MiB, 1) for t in FAST + WORKERS[1:]
+        }
+        if "fast" in ns.phases:
+            out["fast"] = _fast_phase(rig, ns)
+        if "cost" in ns.phases or "capacity" in ns.phases:
+            for t in CAPACITY:  # the paced instances: connections, pools, code paths
+                rig.stream_step(t, 32, warm_up=True)
+        if "cost" in ns.phases:
+            out["cost"] = _cost_phase(rig, ns)
+        if "capacity" in ns.phases:
+            out["capacity"] = _capacity_phase(rig, ns)
+    out["summary"] = capacity_report.summarise(out)
+    capacity_report.print_table(out)
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--phases", nargs="+", choices=("fast", "capacity", "cost"),
+                   default=["fast", "capacity", "cost"])  # fmt: skip
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the fast cells and of cost")
+    p.add_argument("--seconds", type=float, default=5, help="measured seconds per fast cell")
+    p.add_argument("--step-seconds", type=float, default=10, help="measured seconds per step")
+    p.add_argument("--budget", type=float, default=900, help="capacity search, seconds")
+    p.add_argument("--start", type=int, default=256, help="capacity: first step's streams")
+    p.add_argument("--max-streams", type=int, default=4096)
+    p.add_argument("--cost-streams", type=int, default=256)
+    p.add_argument("--gap-p99-ms", type=float, default=5.0)
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--token-rate", type=float, default=30.0)
+    p.add_argument("--first-token-ms", type=float, default=250.0)
+    p.add_argument("--jitter", type=float, default=0.2)
+    p.add_argument("--max-wait", type=float, default=120, help="seconds to wait for quiet")

@@ -1,0 +1,3 @@
+module edgegw-bench-gopeer
+
+go 1.26
