@@ -87,9 +87,10 @@ class App:
         started = trio.current_time()
         tracing = self.gateway.telemetry.tracing
         if tracing is not None and call.path not in UNTRACED:
-            call.trace = tracing.start_request(
-                call.method, call.path, call.scope["headers"], call.request_id
-            )
+            headers = call.scope["headers"]
+            call.trace = tracing.start_request(call.method, call.path, headers, call.request_id)
+            if call.trace is None and any(k == b"traceparent" for k, _ in headers):
+                call.trace_context = tracing.passed_on(headers)
         answered = False
         error: str | None = None
         try:

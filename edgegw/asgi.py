@@ -76,6 +76,7 @@ class Call:
         "client_request_id",
         "status",
         "trace",
+        "trace_context",
         "note",
         "identity",
     )
@@ -92,6 +93,9 @@ class Call:
         # The request's spans when tracing is on (edgegw.telemetry.tracing), else None:
         # every tracing hook is one `if call.trace is not None`.
         self.trace: RequestTrace | None = None
+        # A request tracing did not sample: the client's `traceparent` / `tracestate`,
+        # passed upstream as they came (none when it sent none, or tracing is off).
+        self.trace_context: list[tuple[bytes, bytes]] = []
         self.note = Note()
         # The verified OIDC claims of the caller (set by the app's authentication step);
         # None without OIDC or when a client key admitted the request.
@@ -109,6 +113,7 @@ class Call:
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
         other.trace, other.note, other.identity = self.trace, self.note, self.identity
+        other.trace_context = self.trace_context
         return other
 
     async def _send_with_id(self, message: dict[str, Any]) -> None:

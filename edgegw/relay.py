@@ -318,6 +318,8 @@ async def send_traced(
     sent = [*headers, (b"x-request-id", call.request_id.encode())]
     trace = call.trace
     if trace is None:
+        if call.trace_context:
+            sent += call.trace_context
         return await pool.send(origin, method, target, sent, body)
     path = target.partition(b"?")[0].decode("latin-1")
     span = trace.start(

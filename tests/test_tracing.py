@@ -358,9 +358,16 @@ async def test_sampling_follows_otel_traces_sampler(
     headers = [] if flags is None else [("traceparent", f"00-{TRACE_ID}-{CLIENT_SPAN}-{flags}")]
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT), headers)
     assert resp.status == 200
-    # A traced request's last act is ending its server span; an untraced one sends no
-    # traceparent upstream.
-    assert ("traceparent" in upstream.seen[-1].headers) is traced
+    # A traced request's last act is ending its server span. Its traceparent upstream
+    # names our attempt span; an untraced one passes the client's on unchanged (or none).
+    sent = upstream.seen[-1].headers.get("traceparent")
+    if traced:
+        assert sent is not None and sent.startswith(f"00-{TRACE_ID}-")
+        assert sent != f"00-{TRACE_ID}-{CLIENT_SPAN}-{flags}"
+    elif flags is None:
+        assert sent is None
+    else:
+        assert sent == f"00-{TRACE_ID}-{CLIENT_SPAN}-{flags}"
     if traced:
         await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
     else:

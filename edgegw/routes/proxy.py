@@ -95,6 +95,8 @@ async def proxy(gw: Gateway, call: Call) -> None:
             attributes={"server.address": target.origin.host, "server.port": target.origin.port},
         )
         headers += call.trace.upstream_headers(span)
+    else:
+        headers += call.trace_context
     limit = gw.settings.max_body_bytes
     content_length = call.content_length(limit)
     received = 0

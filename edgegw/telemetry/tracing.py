@@ -181,6 +181,19 @@ class Tracing:
         )
         return trace
 
+    def passed_on(self, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """For a request not sampled: the client's trace context as it goes upstream
+        unchanged (no span of ours comes between), so the rest of its trace still joins
+        up; nothing when the client sent none, or an invalid one."""
+        parent = self.pipeline.parent(headers)
+        if parent is None:
+            return []
+        flags = b"01" if parent.sampled else b"00"
+        out = [(b"traceparent", b"00-%032x-%016x-%s" % (parent.trace_id, parent.span_id, flags))]
+        if parent.state:
+            out.append((b"tracestate", parent.state.encode()))
+        return out
+
     def sampled(self, trace_id: int, parent_sampled: bool | None) -> bool:
         """OTEL_TRACES_SAMPLER's decision (the SDK's rules): `parentbased_*` follows a
         client's sampled flag; `traceidratio` keeps the traces whose low 64 trace-id bits are
