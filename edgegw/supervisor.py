@@ -213,21 +213,18 @@ async def _keep_running(slot: int, state: _State) -> None:
         await trio.sleep(pause)
 
 
-# A worker notices its supervisor is gone within this time, even where the kernel does not
-# signal it (the parent-death signal is Linux only, and is lost if the parent died first).
+# A worker notices its supervisor is gone within this time: it polls its parent's pid.
+# Not the parent-death signal (PR_SET_PDEATHSIG): that fires when the *thread* that forked
+# the worker ends, and trio forks in a worker thread (`open_process` runs Popen through
+# `to_thread`) that its thread cache ends after 10 s idle, so every worker was sent SIGTERM
+# and drained about 10 s after it started, cutting its streams.
 ORPHAN_POLL_S = 0.5
-_PR_SET_PDEATHSIG = 1
 
 
 async def exit_with_supervisor(supervisor_pid: int, stop: trio.Event) -> None:
     """Set `stop` (the worker drains and exits) when the supervisor dies, whatever killed
     it (SIGKILL, the OOM killer): nobody would replace or drain the worker otherwise, and it
     would keep the port."""
-    if sys.platform == "linux":
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     while os.getppid() == supervisor_pid:  # noqa: ASYNC110 (another process, no event)
         await trio.sleep(ORPHAN_POLL_S)
     print(f"edgegw: worker {os.getpid()}: supervisor {supervisor_pid} is gone; exiting", flush=True)

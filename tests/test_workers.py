@@ -25,12 +25,12 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw import supervisor as supervisor_module
-from edgegw.bench.mock import MockUpstream
+from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.telemetry.scrape import Merged
 
-from .conftest import sample, scrape, upstream_env
+from .conftest import UPSTREAM_KEY, sample, scrape, upstream_env
 from .rawhttp import request
 
 CHAT = orjson.dumps({"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]})
@@ -126,6 +126,40 @@ async def test_workers_share_the_port_and_are_replaced(mock: MockUpstream) -> No
         with trio.fail_after(5):
             while any(alive(pid) for pid in pids[1:]):  # noqa: ASYNC110 (other processes)
                 await trio.sleep(0.05)
+
+
+async def test_a_worker_outlives_the_supervisors_idle_threads(nursery: trio.Nursery) -> None:
+    # trio starts each worker from a worker thread that its thread cache ends after 10 s
+    # idle; a worker tied to that thread (PR_SET_PDEATHSIG) was drained then, cutting this
+    # 14 s stream.
+    slow = MockUpstream(MockConfig(api_key=UPSTREAM_KEY, token_rate=2.0, tokens=28))
+    await nursery.start(slow.serve, "127.0.0.1", 0)
+    env = {**os.environ, **upstream_env(slow), "SERVER_PORT": "0", "LOG_LEVEL": "WARNING"}
+    out: list[bytes] = []
+    pids: list[int] = []
+    async with supervisor(env, pids) as proc:
+        (listening,) = await read_until(proc, out, rb"listening on http://127\.0\.0\.1:(\d+) ")
+        port = int(listening.group(1))
+        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
+        await wait_until_serving(port)
+        body = orjson.dumps(
+            {
+                "model": "openai/m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": True,
+                "max_tokens": 28,
+            }
+        )
+        with trio.fail_after(30):
+            resp = await request(port, "POST", "/v1/chat/completions", body)
+        assert resp.status == 200
+        assert resp.body.rstrip().endswith(b"data: [DONE]"), resp.body[-300:]
+        assert b"shutting_down" not in resp.body
+        assert all(alive(pid) for pid in pids)
+        assert b"exited" not in b"".join(out)
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(30):
+            assert await proc.wait() == 0
 
 
 async def test_workers_exit_when_the_supervisor_is_killed(mock: MockUpstream) -> None:
