@@ -13,6 +13,7 @@ upstream's status (`upstream_error`), or is relayed as sent on the native-API ro
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -206,50 +207,63 @@ class Exchanges:
         # Bytes of an event not yet complete: only whole events are relayed, so a stream
         # cut mid-event ends with the error event on a line of its own.
         held = b""
-        while True:
-            try:
-                chunk = await next_piece(resp, decoder, idle)
-            except GatewayError as e:
-                await writer.fail(e.code, e.message)
-                return
-            if chunk is None:
-                break
-            if not chunk:
-                continue
-            withheld = False
-            try:
-                events = splitter.feed(chunk)
-                for event in events:
-                    outcome.events += 1
-                    if event.is_done:
-                        outcome.done = True
-                    elif (
-                        has_usage(event.data)
-                        or b'"tool_calls"' in event.data
-                        or b'"finish_reason":"' in event.data
-                    ):
-                        tap(event.data, outcome, "delta")
-                        withheld = withheld or (hidden_usage and has_usage(event.data))
-            except UpstreamProtocolError as e:
-                await writer.fail(e.code, str(e))
-                return
-            data = held + chunk if held else chunk
-            pending = splitter.pending
-            if pending:
-                data, held = data[: len(data) - pending], data[len(data) - pending :]
-            else:
-                held = b""
-            if withheld:
-                data = without_usage(events)
-            if data:
-                # Whole events: a key quoted in one cannot be split across two sends.
-                if outcome.done and not held and resp.complete:
-                    # [DONE] with the upstream's end: the last events and the terminator in
-                    # one client send. bench llm --baseline, 64 streams, load 4-5: 371 vs 401
-                    # µs CPU/event, lower each round; to re-run quiet (bench/README.md).
-                    await writer.close(scrub(data, secret))
+        # One scope for the stream's silences, its deadline moved before each read, rather
+        # than a `fail_after` a piece: a CancelScope, its CancelStatus and their sets a
+        # relayed event, kept alive in trio's deadline heap until pruned, were a tenth of
+        # the objects each young-generation collection walked (bench/README.md).
+        stall = trio.CancelScope()
+        with stall:
+            while True:
+                stall.deadline = trio.current_time() + idle
+                try:
+                    raw = await resp.receive_chunk()
+                    chunk = decoder.feed(raw) if raw else None
+                except GatewayError as e:
+                    stall.deadline = math.inf
+                    await writer.fail(e.code, e.message)
                     return
-                await writer.write(scrub(data, secret))
+                stall.deadline = math.inf
+                if chunk is None:
+                    break
+                if not chunk:
+                    continue
+                withheld = False
+                try:
+                    events = splitter.feed(chunk)
+                    for event in events:
+                        outcome.events += 1
+                        if event.is_done:
+                            outcome.done = True
+                        elif (
+                            has_usage(event.data)
+                            or b'"tool_calls"' in event.data
+                            or b'"finish_reason":"' in event.data
+                        ):
+                            tap(event.data, outcome, "delta")
+                            withheld = withheld or (hidden_usage and has_usage(event.data))
+                except UpstreamProtocolError as e:
+                    await writer.fail(e.code, str(e))
+                    return
+                data = held + chunk if held else chunk
+                pending = splitter.pending
+                if pending:
+                    data, held = data[: len(data) - pending], data[len(data) - pending :]
+                else:
+                    held = b""
+                if withheld:
+                    data = without_usage(events)
+                if data:
+                    # Whole events: a key quoted in one cannot be split across two sends.
+                    if outcome.done and not held and resp.complete:
+                        # [DONE] with the upstream's end: the last events and the terminator in
+                        # one client send. bench llm --baseline, 64 streams, load 4-5: 371 vs 401
+                        # µs CPU/event, lower each round; to re-run quiet (bench/README.md).
+                        await writer.close(scrub(data, secret))
+                        return
+                    await writer.write(scrub(data, secret))
+        if stall.cancelled_caught:
+            await writer.fail("upstream_timeout", "the upstream stream stalled")
+            return
         if splitter.finish() and not outcome.done:
             await writer.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
             return
