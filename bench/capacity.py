@@ -307,7 +307,7 @@ def _fast_phase(rig: Rig, ns: argparse.Namespace) -> dict:
 def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> dict:
     spec = llm.LlmSpec(start_streams=ns.start, max_streams=ns.max_streams,
                        step_s=ns.step_seconds, budget_s=ns.budget, gap_p99_ms=ns.gap_p99_ms)  # fmt: skip
-    searches = {t: llm.Search(spec) for t in CAPACITY}
+    searches = {t: llm.Search(spec) for t in CAPACITY if t in ns.targets}
     step_s = rig.stream_s + ns.step_seconds + STEP_PAUSE_S + 1
     t0, rnd = time.monotonic(), 0
     while True:
@@ -382,7 +382,8 @@ def cmd_capacity(ns: argparse.Namespace) -> dict:
             out["fast"] = _fast_phase(rig, ns)
         if "cost" in ns.phases or "capacity" in ns.phases:
             for t in CAPACITY:  # the paced instances: connections, pools, code paths
-                rig.stream_step(t, 32, warm_up=True)
+                if t in ns.targets:
+                    rig.stream_step(t, 32, warm_up=True)
         if "cost" in ns.phases:
             out["cost"] = _cost_phase(rig, ns)
         if "capacity" in ns.phases:
@@ -400,6 +401,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-seconds", type=float, default=10, help="measured seconds per step")
     p.add_argument("--budget", type=float, default=900, help="capacity search, seconds")
     p.add_argument("--start", type=int, default=256, help="capacity: first step's streams")
+    p.add_argument("--targets", nargs="+", choices=CAPACITY, default=list(CAPACITY),
+                   help="capacity: the targets searched (default: all)")  # fmt: skip
     p.add_argument("--max-streams", type=int, default=4096)
     p.add_argument("--cost-streams", type=int, default=256)
     p.add_argument("--gap-p99-ms", type=float, default=5.0)
