@@ -393,6 +393,14 @@ def cmd_capacity(ns: argparse.Namespace) -> dict:
     return out
 
 
+def paced_arguments(p: argparse.ArgumentParser) -> None:
+    """The paced mock's stream: 200 tokens at 30/s, the first after 250 ms, jitter 0.2."""
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--token-rate", type=float, default=30.0)
+    p.add_argument("--first-token-ms", type=float, default=250.0)
+    p.add_argument("--jitter", type=float, default=0.2)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--phases", nargs="+", choices=("fast", "capacity", "cost"),
                    default=["fast", "capacity", "cost"])  # fmt: skip
@@ -406,8 +414,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-streams", type=int, default=4096)
     p.add_argument("--cost-streams", type=int, default=256)
     p.add_argument("--gap-p99-ms", type=float, default=5.0)
-    p.add_argument("--tokens", type=int, default=200)
-    p.add_argument("--token-rate", type=float, default=30.0)
-    p.add_argument("--first-token-ms", type=float, default=250.0)
-    p.add_argument("--jitter", type=float, default=0.2)
+    paced_arguments(p)
     p.add_argument("--max-wait", type=float, default=120, help="seconds to wait for quiet")
