@@ -92,12 +92,12 @@ def tracing_env(endpoint: str, **extra: str) -> dict[str, str]:
 
 
 async def traced_gateway(
-    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, scheme: str = "http"
 ) -> Gateway:
     return await start_gateway(
         nursery,
         tracing_env(
-            f"http://127.0.0.1:{collector.port}",  # path-less: /v1/traces is appended
+            f"{scheme}://127.0.0.1:{collector.port}",  # path-less: /v1/traces is appended
             OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
             OPENAI_API_KEY="sk-upstream-key",
         ),
@@ -475,14 +475,7 @@ async def test_an_https_collector_is_verified_against_otlp_certificate(
     ca_file = tmp_path / "ca.pem"
     collector_ca.cert_pem.write_to_path(str(ca_file))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", str(ca_file))
-    gw = await start_gateway(
-        nursery,
-        tracing_env(
-            f"https://127.0.0.1:{collector.port}",
-            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
-            OPENAI_API_KEY="sk-upstream-key",
-        ),
-    )
+    gw = await traced_gateway(nursery, collector, upstream, "https")
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200
     await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
@@ -492,14 +485,7 @@ async def test_an_https_collector_not_verified_gets_nothing(
     nursery: trio.Nursery, upstream: EchoUpstream, collector_ca: trustme.CA
 ) -> None:
     collector = await tls_collector(nursery, collector_ca)  # its CA is not the system's
-    gw = await start_gateway(
-        nursery,
-        tracing_env(
-            f"https://127.0.0.1:{collector.port}",
-            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
-            OPENAI_API_KEY="sk-upstream-key",
-        ),
-    )
+    gw = await traced_gateway(nursery, collector, upstream, "https")
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200
     tracing = gw.telemetry.tracing

@@ -90,6 +90,15 @@ async def wait_until_serving(port: int) -> None:
                 await trio.sleep(0.1)
 
 
+async def serving(proc: trio.Process, out: list[bytes], pids: list[int]) -> int:
+    """The supervisor's port once its two workers answer; their pids added to `pids`."""
+    (listening,) = await read_until(proc, out, rb"listening on http://127\.0\.0\.1:(\d+) ")
+    port = int(listening.group(1))
+    pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
+    await wait_until_serving(port)
+    return port
+
+
 def total(text: str, name: str) -> float:
     """The sum of the samples `name` over all their label sets."""
     families = text_string_to_metric_families(text)
@@ -138,10 +147,7 @@ async def test_a_worker_outlives_the_supervisors_idle_threads(nursery: trio.Nurs
     out: list[bytes] = []
     pids: list[int] = []
     async with supervisor(env, pids) as proc:
-        (listening,) = await read_until(proc, out, rb"listening on http://127\.0\.0\.1:(\d+) ")
-        port = int(listening.group(1))
-        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
-        await wait_until_serving(port)
+        port = await serving(proc, out, pids)
         body = orjson.dumps(
             {
                 "model": "openai/m",
@@ -167,10 +173,7 @@ async def test_workers_exit_when_the_supervisor_is_killed(mock: MockUpstream) ->
     out: list[bytes] = []
     pids: list[int] = []
     async with supervisor(env, pids) as proc:
-        (listening,) = await read_until(proc, out, rb"listening on http://127\.0\.0\.1:(\d+) ")
-        port = int(listening.group(1))
-        pids += [int(m.group(1)) for m in await read_until(proc, out, rb"worker (\d+) started", 2)]
-        await wait_until_serving(port)
+        port = await serving(proc, out, pids)
         proc.kill()  # SIGKILL: the supervisor cannot pass anything on
         await proc.wait()
         with trio.fail_after(15):
