@@ -127,6 +127,9 @@ class SseEvent:
 class SseSplitter:
     def __new__(cls, max_event_bytes: int = ...) -> Self: ...  # default 1 MiB
     def feed(self, chunk: bytes) -> list[SseEvent]: ...
+    # For a relay: (events completed, whether [DONE] was one, the data of the events a usage
+    # tap reads: a non-null usage, tool calls, a string finish reason); no object for others.
+    def feed_tapped(self, chunk: bytes) -> tuple[int, bool, list[bytes]]: ...
     def finish(self) -> bool: ...
     # Bytes fed after the end of the last complete block (the line ending of the last blank
     # line): a relay holds these back so that what it sends is whole events. The LF of a

@@ -335,6 +335,18 @@ mod binding {
                 .collect())
         }
 
+        /// For a relay: (events completed, whether `[DONE]` was one, the data of the
+        /// events the usage tap reads), with no object for any other event.
+        fn feed_tapped<'py>(
+            &mut self,
+            py: Python<'py>,
+            chunk: &[u8],
+        ) -> PyResult<(usize, bool, Vec<Bound<'py, PyBytes>>)> {
+            let t = self.inner.feed_tapped(chunk)?;
+            let data = t.data.iter().map(|d| PyBytes::new(py, d)).collect();
+            Ok((t.events, t.done, data))
+        }
+
         /// End of stream; true when an incomplete event was discarded.
         fn finish(&mut self) -> bool {
             self.inner.finish()

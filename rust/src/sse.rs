@@ -45,6 +45,27 @@ impl Event {
     }
 }
 
+/// What a relay needs from the events one piece completed, and nothing else: how many,
+/// whether `[DONE]` was among them, and the data of the few its usage tap must read (usage,
+/// tool calls, a finish reason: [`needs_tap`]). Most chat chunks carry none of these, so a
+/// relayed content chunk costs the relay's Python no object and no test (bench/sse_tap.py).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Tapped {
+    pub events: usize,
+    pub done: bool,
+    pub data: Vec<Vec<u8>>,
+}
+
+/// An event the usage tap reads: a `usage` member that is not null (many providers send
+/// `"usage":null` on every chunk), a tool call, or a finish reason that is a string. A
+/// byte test, as the tap's own was: the tap then parses the few events it names.
+pub fn needs_tap(data: &[u8]) -> bool {
+    use memchr::memmem::find;
+    (find(data, b"\"usage\":").is_some() && find(data, b"\"usage\":null").is_none())
+        || find(data, b"\"tool_calls\"").is_some()
+        || find(data, b"\"finish_reason\":\"").is_some()
+}
+
 #[derive(Debug)]
 pub struct SseSplitter {
     max_event_bytes: usize,
@@ -128,6 +149,20 @@ impl SseSplitter {
                     }
                     self.check_bound()?;
                 }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `feed` for a relay: the events summarised as [`Tapped`].
+    pub fn feed_tapped(&mut self, chunk: &[u8]) -> Result<Tapped, UpstreamFault> {
+        let mut out = Tapped::default();
+        for event in self.feed(chunk)? {
+            out.events += 1;
+            if event.is_done() {
+                out.done = true;
+            } else if needs_tap(&event.data) {
+                out.data.push(event.data);
             }
         }
         Ok(out)
@@ -253,6 +288,28 @@ mod tests {
                 ..Default::default()
             },
         ]
+    }
+
+    #[test]
+    fn tapped_names_only_what_the_tap_reads() {
+        let stream: &[u8] =
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n\
+data: {\"choices\":[{\"delta\":{\"tool_calls\":[]}}]}\n\n\
+data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+data: {\"choices\":[{\"delta\":{},\"finish_reason\":null}]}\n\n\
+data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1}}\n\n\
+data: [DONE]\n\n";
+        for cut in 0..stream.len() {
+            let mut s = SseSplitter::new(DEFAULT_MAX_EVENT_BYTES);
+            let a = s.feed_tapped(&stream[..cut]).unwrap();
+            let b = s.feed_tapped(&stream[cut..]).unwrap();
+            assert_eq!(a.events + b.events, 6, "cut at {cut}");
+            assert!(b.done && !a.done || cut == stream.len());
+            let tapped: Vec<Vec<u8>> = a.data.into_iter().chain(b.data).collect();
+            let all = split_all(&[stream]);
+            let want: Vec<Vec<u8>> = [1, 2, 4].iter().map(|&i| all[i].data.clone()).collect();
+            assert_eq!(tapped, want, "cut at {cut}");
+        }
     }
 
     #[test]
