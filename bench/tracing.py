@@ -9,20 +9,36 @@ Two loads: a closed loop of 32 connections (the server saturated), and with `--r
 open loop of R requests a second for every configuration, below what any of them carries,
 so that each is measured at the same load: a server that is not saturated handles fewer
 requests per wake-up, so a closed loop that one configuration drives slower than another
-charges it for that too.
+charges it for that too. With `--go` the mock and the closed loop are bench/gopeer's (Go):
+they take a fifth of core 0's time the Python pair takes, so the server is saturated by the
+same load in every cell and round (the Python pair on core 0 is the bottleneck of its own
+closed loop: a cell's server CPU per request then moves with that core's luck).
 
-    python -m bench.tracing [--rounds 5] [--seconds 6] [--rate 400] [--base /tmp/edgegw-base]
+Besides the difference of the medians, each round's difference (on minus off, the two
+cells of one round measured within a minute of each other) is reported: its median and
+range are the figure quoted.
+
+`--paired` (Go): sampled and unsampled phases alternate in one gateway process (`paired`).
+
+    python -m bench.tracing [--rounds 5] [--seconds 6] [--rate 400] [--go] [--base DIR]
+    python -m bench.tracing --paired [--rounds 6] [--pairs 4] [--seconds 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
+import subprocess
+import tempfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
+from bench import gopeer
 from bench.harness import CHAT, CORE_A, CORE_B, free_port, load, loadavg, mock_args, process
+from edgegw.bench.llm import Meter
 
 
 class _Sink(BaseHTTPRequestHandler):
@@ -75,6 +91,95 @@ def serve_sink(port: int) -> None:
     ThreadingHTTPServer(("127.0.0.1", port), _Sink).serve_forever()
 
 
+def go_load(
+    binary: Path,
+    port: int,
+    pid: int,
+    body: Path,
+    connections: int,
+    seconds: float,
+    headers: tuple[str, ...] = (),
+    warmup_s: float = 2.0,
+) -> tuple[float, int, float]:
+    """bench/gopeer's closed loop (on core 0) against the gateway: (the server's CPU seconds
+    over the measured phase, answers, req/s)."""
+    meter = Meter.of_pid(pid, "edgegw")
+    args = [str(binary), "load", "--port", str(port), "--path", "/v1/chat/completions",
+            "--body-file", str(body), "--connections", str(connections),
+            "--seconds", str(seconds), "--warmup-s", str(warmup_s)]  # fmt: skip
+    for h in headers:
+        args += ["--header", h]
+    cpu = [0.0, 0.0]
+    result = None
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=err, text=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, {CORE_A}),
+        )  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("phase run"):
+                cpu[0] = meter.cpu_s()
+            elif line.startswith("phase done"):
+                cpu[1] = meter.cpu_s()
+            elif line.startswith("{"):
+                result = json.loads(line)
+        proc.wait(timeout=120)
+        if proc.returncode or result is None:
+            err.seek(0)
+            raise RuntimeError(f"gopeer load failed: {err.read().decode()[-2000:]}")
+    assert result["errors"] == 0, result["errors_by_kind"]
+    return cpu[1] - cpu[0], result["ok"], result["rps"]
+
+
+def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
+    """`--paired`: one gateway with tracing on, driven in alternating phases by clients whose
+    `traceparent` says sampled (flags 01: every request recorded and exported) or not (00:
+    nothing recorded; the context is parsed and passed on in both), fresh gateways
+    `--rounds` times. Both phases run in one process, so its luck (memory layout, hash seed:
+    +-10 % between processes of the same code here) is the same for both."""
+    sink_port, mock_port = free_port(), free_port()
+    sink_code = f"from bench.tracing import serve_sink; serve_sink({sink_port})"
+    parent = "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-"
+    phases = {"sampled": (parent + "01",), "not sampled": (parent + "00",)}
+    cpu: dict[str, list[float]] = {name: [] for name in phases}
+    diffs: list[float] = []
+    print(f"load average before: {loadavg()}")
+    with (
+        process(["-c", sink_code], CORE_A, port=sink_port),
+        process(
+            ["mock", "--port", str(mock_port), "--tokens", "200"], CORE_A, port=mock_port,
+            exe=str(binary),
+        ),
+    ):  # fmt: skip
+        for _ in range(ns.rounds):
+            port = free_port()
+            with _gateway(port, mock_port, sink_port, True, None, "WARNING", {}) as proc:
+                for _ in range(ns.pairs):
+                    got = {}
+                    for name in random.sample(list(phases), 2):
+                        cpu_s, answers, _ = go_load(
+                            binary, port, proc.pid, body, ns.connections, ns.seconds,
+                            phases[name], warmup_s=1.0,
+                        )  # fmt: skip
+                        got[name] = cpu_s / answers * 1e6
+                        cpu[name].append(got[name])
+                    diffs.append(got["sampled"] - got["not sampled"])
+    print(f"load average after: {loadavg()}")
+    print(f"one process, alternating phases, {ns.connections} connections (Go closed loop):")
+    for name, xs in cpu.items():
+        print(f"  {name:12s} server CPU {statistics.median(xs):6.0f} µs/req "
+              f"(phases: {', '.join(f'{x:.0f}' for x in xs)})")  # fmt: skip
+    base = statistics.median(cpu["not sampled"])
+    d = statistics.median(diffs)
+    q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [d, d, d]
+    print(
+        f"  recording and exporting a trace adds {d:+.0f} µs/req ({100 * d / base:+.1f} %): "
+        f"median of {len(diffs)} pairs, quartiles {q[0]:+.0f} .. {q[2]:+.0f}, "
+        f"range {min(diffs):+.0f} .. {max(diffs):+.0f}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing")
     parser.add_argument("--rounds", type=int, default=5)
@@ -82,7 +187,20 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--rate", type=float, help="also an open loop of this many req/s")
     parser.add_argument("--base", help="a checkout of the code before tracing")
+    parser.add_argument("--go", action="store_true", help="bench/gopeer's mock and closed loop")
+    parser.add_argument("--paired", action="store_true", help="sampled vs not in one process")
+    parser.add_argument("--pairs", type=int, default=4, help="with --paired: pairs a process")
     ns = parser.parse_args()
+    binary = gopeer.build() if ns.go or ns.paired else None
+    body = Path(tempfile.mkdtemp(prefix="edgegw-tracing-")) / "chat.json"
+    body.write_bytes(CHAT)
+    if ns.paired:
+        assert binary is not None
+        os.sched_setaffinity(0, {CORE_A})
+        paired(ns, binary, body)
+        return
+    if ns.go and ns.rate:
+        parser.error("--rate is the Python generator's open loop: not with --go")
     os.sched_setaffinity(0, {CORE_A})
     sink_port = free_port()
     sink_code = f"from bench.tracing import serve_sink; serve_sink({sink_port})"
@@ -101,9 +219,10 @@ def main() -> None:
     cpu = {(name, kind): [] for name in cells for kind in loads}
     rps = {(name, kind): [] for name in cells for kind in loads}
     print(f"load average before: {loadavg()}")
+    mock = ["mock", "--port", str(mock_port), "--tokens", "200"] if ns.go else mock_args(mock_port)
     with (
         process(["-c", sink_code], CORE_A, port=sink_port),
-        process(mock_args(mock_port), CORE_A, port=mock_port),
+        process(mock, CORE_A, port=mock_port, exe=str(binary) if binary else None),
     ):
         for _ in range(ns.rounds):
             # Fresh processes every round: one process keeps its own luck (memory layout,
@@ -114,14 +233,20 @@ def main() -> None:
                 tracing, base, level, extra = cells[name]
                 port = free_port()
                 with _gateway(port, mock_port, sink_port, tracing, base, level, extra) as proc:
-                    load(port, CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
-                    r = load(
-                        port, CHAT, "/v1/chat/completions", ns.connections, ns.seconds,
-                        1_000_000, pid=proc.pid, rate=ns.rate if kind == "rate" else None,
-                    )  # fmt: skip
-                assert r.errors == 0, (name, r.statuses, r.error_kinds)
-                cpu[name, kind].append(r.server_cpu_s / r.requests * 1e6)
-                rps[name, kind].append(r.rps)
+                    if binary is not None:
+                        cpu_s, answers, per_s = go_load(
+                            binary, port, proc.pid, body, ns.connections, ns.seconds
+                        )
+                    else:
+                        load(port, CHAT, "/v1/chat/completions", ns.connections, 2, 100_000)
+                        r = load(
+                            port, CHAT, "/v1/chat/completions", ns.connections, ns.seconds,
+                            1_000_000, pid=proc.pid, rate=ns.rate if kind == "rate" else None,
+                        )  # fmt: skip
+                        assert r.errors == 0, (name, r.statuses, r.error_kinds)
+                        cpu_s, answers, per_s = r.server_cpu_s, r.requests, r.rps
+                cpu[name, kind].append(cpu_s / answers * 1e6)
+                rps[name, kind].append(per_s)
     print(f"load average after: {loadavg()}")
     for kind in loads:
         title = "closed loop" if kind == "closed" else f"open loop, {ns.rate:g} req/s"
@@ -138,6 +263,13 @@ def _report(cpu: dict[str, list[float]], rps: dict[str, list[float]], base: str 
         )
     off, on = statistics.median(cpu["tracing off"]), statistics.median(cpu["tracing on"])
     print(f"  tracing on adds {on - off:.0f} µs/req, {100 * (on - off) / off:.1f} % of the request")
+    for name in ("tracing on", "on, 10 % sampled", "off, access log"):
+        pairs = [x - y for x, y in zip(cpu[name], cpu["tracing off"], strict=True)]
+        shares = [100 * (x - y) / y for x, y in zip(cpu[name], cpu["tracing off"], strict=True)]
+        print(
+            f"  {name} - off, per round: median {statistics.median(pairs):+.0f} µs/req "
+            f"({statistics.median(shares):+.1f} %), range {min(pairs):+.0f} .. {max(pairs):+.0f}"
+        )
     sampled = statistics.median(cpu["on, 10 % sampled"])
     print(f"  10 % sampled adds {sampled - off:.0f} µs/req ({100 * (sampled - off) / off:.1f} %)")
     logged = statistics.median(cpu["off, access log"])

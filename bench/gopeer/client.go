@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -317,7 +318,26 @@ func readBody(path string) ([]byte, error) {
 	return bytes.TrimRight(b, "\r\n"), nil
 }
 
-func encodeRequest(host string, port int, path string, body []byte) []byte {
-	return append([]byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
-		"Content-Length: %d\r\n\r\n", path, addr(host, port), len(body))), body...)
+func encodeRequest(host string, port int, path string, body []byte, extra ...string) []byte {
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n",
+		path, addr(host, port))
+	for _, h := range extra {
+		head += h + "\r\n"
+	}
+	head += fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body))
+	return append([]byte(head), body...)
+}
+
+// headerFlags: a repeatable --header, each `Name: value` (no CR or LF).
+type headerFlags []string
+
+func (h *headerFlags) String() string { return strings.Join(*h, ", ") }
+
+func (h *headerFlags) Set(v string) error {
+	name, _, ok := strings.Cut(v, ":")
+	if !ok || name == "" || strings.ContainsAny(v, "\r\n") {
+		return fmt.Errorf("--header %q: want `Name: value`", v)
+	}
+	*h = append(*h, v)
+	return nil
 }

@@ -24,6 +24,8 @@ func runLoad(args []string) error {
 	warmup := fs.Float64("warmup-s", 1, "seconds before the measured phase (not counted)")
 	stream := fs.Bool("stream", false, "expect SSE streams")
 	timeout := fs.Float64("timeout-s", 30, "per request")
+	var extra headerFlags
+	fs.Var(&extra, "header", "an extra request header, `Name: value` (repeatable)")
 	_ = fs.Parse(args)
 	if err := loopback(*host); err != nil {
 		return err
@@ -35,7 +37,7 @@ func runLoad(args []string) error {
 	if err != nil {
 		return err
 	}
-	req := encodeRequest(*host, *port, *path, body)
+	req := encodeRequest(*host, *port, *path, body, extra...)
 	address := addr(*host, *port)
 	start := nanotime()
 	measure := start + int64(*warmup*1e9)
