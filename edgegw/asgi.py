@@ -69,8 +69,8 @@ class Call:
     __slots__ = (
         "scope",
         "receive",
-        "send",
         "_send",
+        "_with_id",
         "_body_done",
         "request_id",
         "client_request_id",
@@ -85,7 +85,11 @@ class Call:
         self.scope = scope
         self.receive = receive
         self._send = send
-        self.send: Send = self._send_with_id
+        # `send` adds the request id to the answer's head (not for `answered_into`). A flag,
+        # not a bound method kept on the instance: that would be a reference cycle, and the
+        # request's Call, cycle, h11 state and scope would wait for the cyclic collector
+        # (bench/README.md).
+        self._with_id = True
         self._body_done = False
         self.request_id, self.client_request_id = request_id_of(scope["headers"])
         # The answer's status once its head is sent (None: nothing sent yet).
@@ -108,7 +112,7 @@ class Call:
         other = Call.__new__(Call)
         other.scope, other.receive = self.scope, self.receive
         other._send = send
-        other.send = send
+        other._with_id = False
         other._body_done = self._body_done
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
@@ -116,8 +120,8 @@ class Call:
         other.trace_context = self.trace_context
         return other
 
-    async def _send_with_id(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
+    async def send(self, message: dict[str, Any]) -> None:
+        if self._with_id and message["type"] == "http.response.start":
             message["headers"] = [*message["headers"], (b"x-request-id", self.request_id.encode())]
             self.status = message["status"]
         await self._send(message)
