@@ -3,7 +3,7 @@
 class: none can be subclassed (@final), only those with a `__new__` below can be constructed
 from Python, and their attributes are read-only (properties)."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Self, final
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "redact_json",
     "encode_otlp_batch",
     "encode_otlp_trace",
+    "TraceRecord",
     "encode_otlp_spans",
 ]
 
@@ -279,3 +280,26 @@ def encode_otlp_trace(trace_id: int, trace_state: str, spans: list[_OtlpTraceSpa
 def encode_otlp_batch(
     resource: dict[str, Any], scope_name: str, scope_version: str, entries: list[bytes]
 ) -> bytes: ...
+
+@final
+class TraceRecord:
+    # One request's spans, by index (`start` returns it); `take_ended` returns the entries
+    # of a batch (as encode_otlp_trace writes them) of the spans ended since its last call.
+    def __new__(cls, trace_id: int, trace_state: str) -> Self: ...
+    def start(
+        self,
+        name: str,
+        span_id: int,
+        parent_id: int | None,
+        remote_parent: bool,
+        kind: int,
+        start_ns: int,
+        attrs: Mapping[str, Any] | None = None,
+    ) -> int: ...
+    def set(self, i: int, key: str, value: Any) -> None: ...
+    def update(self, i: int, attrs: dict[str, Any]) -> None: ...
+    def event(
+        self, i: int, name: str, attrs: Mapping[str, Any], time_ns: int, limit: int
+    ) -> bool: ...
+    def end(self, i: int, end_ns: int, error: bool) -> bool: ...  # the first span ended
+    def take_ended(self) -> tuple[bytes, int]: ...

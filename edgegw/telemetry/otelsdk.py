@@ -1,5 +1,5 @@
-"""The export pipeline: a request's spans encoded in the Rust core in one call when it ends
-(`encode_otlp_trace`, rust/src/otlp_trace.rs), batched by a Trio task on the event loop
+"""The export pipeline: a request's spans, recorded and encoded in the Rust core
+(`TraceRecord`, rust/src/otlp_trace.rs), batched by a Trio task on the event loop
 (`encode_otlp_batch` joins the entries) and POSTed to the collector with edgegw's own
 upstream client (edgegw.upstream). Imported only when tracing is
 on (edgegw.telemetry.tracing); the SDK's parts are built by class (no entry points: the
@@ -56,7 +56,7 @@ from opentelemetry.trace import get_current_span
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.re import parse_env_headers
 
-from edgegw._core import encode_otlp_batch, encode_otlp_trace
+from edgegw._core import encode_otlp_batch
 from edgegw.errors import GatewayError
 from edgegw.settings import SettingsError
 from edgegw.telemetry.spanqueue import SpanQueue
@@ -242,16 +242,17 @@ class Pipeline:
             ctx.trace_id, ctx.span_id, ctx.trace_flags.sampled, ctx.trace_state.to_header()
         )
 
-    def export(self, trace_id: int, trace_state: str, spans: list[tuple[Any, ...]]) -> None:
-        """Encode a trace's ended spans (`encode_otlp_trace`'s tuples) and queue them for
-        export, or count them dropped when the queue has no room for them all. Called on
-        the event loop's thread, once a request (edgegw.telemetry.tracing)."""
-        queue, n = self.queue, len(spans)
+    def export(self, entries: bytes, n: int) -> None:
+        """Queue `n` ended spans of a trace for export (`entries`: their encoding as entries
+        of a batch, from `TraceRecord.take_ended`), or count them dropped when the queue has
+        no room for them all. Called on the event loop's thread, once a request
+        (edgegw.telemetry.tracing)."""
+        queue = self.queue
         if queue.pending + n > queue.limit:
             queue.drop("queue_full", n)
             return
         queue.pending += n
-        self._spans.append((encode_otlp_trace(trace_id, trace_state, spans), n))
+        self._spans.append((entries, n))
         self._queued += n
         if self._queued >= self.batch:
             self._wake.set()

@@ -11,9 +11,9 @@ attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export is a task o
 loop (`Tracing.run`, started by serve()) posting with edgegw's own upstream client: no thread
 (edgegw.telemetry.otelsdk says what a thread cost).
 
-A request's spans are recorded here as plain objects (`Span`: name, ids, times, a dict of
-attributes) and queued as plain tuples when they end; the export task encodes each batch
-in the Rust core (`encode_otlp_spans`) and posts the bytes to the collector.
+A request's spans are recorded in the Rust core as they happen (`TraceRecord`, one a request;
+`Span` is a handle on one of its spans) and leave, encoded, when the server span ends; the
+export task joins the entries of a batch (`encode_otlp_batch`) and posts the bytes.
 The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
 processors: three quarters of what recording cost) and its `ReadableSpan` /
 `BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from edgegw._core import TraceRecord
 from edgegw.ids import getrandbits, random_bits
 from edgegw.telemetry.spanqueue import SpanQueue
 
@@ -71,20 +72,12 @@ INTERNAL, SERVER, CLIENT = 1, 2, 3
 
 
 class Span:
-    """One span being recorded; kept as a plain tuple when it ends (`end`)."""
+    """A handle on one span being recorded: its index in the trace's `TraceRecord`, where
+    its attributes, events and times are kept (no Python object holds them). It holds the
+    record, not its `RequestTrace` (which holds the server span): no reference cycle, so a
+    request's trace is freed when it ends, not by the cyclic collector."""
 
-    __slots__ = (
-        "trace",
-        "name",
-        "span_id",
-        "parent_id",
-        "kind",
-        "attributes",
-        "events",
-        "start_ns",
-        "error",
-        "ended",
-    )
+    __slots__ = ("record", "pipeline", "index", "span_id", "error", "ended")
 
     def __init__(
         self,
@@ -92,55 +85,33 @@ class Span:
         name: str,
         parent_id: int | None,
         kind: int,
-        attributes: dict[str, Any],
+        attributes: dict[str, Any] | None,
     ) -> None:
-        self.trace = trace
-        self.name = name
-        self.span_id = getrandbits(64) or 1
-        self.parent_id = parent_id
-        self.kind = kind
-        self.attributes = attributes
-        self.events: list[tuple[str, dict[str, Any], int]] | None = None
-        self.start_ns = time.time_ns()
+        self.record = record = trace.record
+        self.pipeline = trace.tracing.pipeline
+        self.span_id = span_id = getrandbits(64) or 1
+        self.index = record.start(
+            name, span_id, parent_id, kind == SERVER, kind, time.time_ns(), attributes
+        )
         self.error = False
         self.ended = False
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self.attributes[key] = value
+        self.record.set(self.index, key, value)
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self.attributes.update(attributes)
+        self.record.update(self.index, dict(attributes))
 
     def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
-        if self.events is None:
-            self.events = []
-        if len(self.events) < MAX_EVENTS:
-            self.events.append((name, dict(attributes or {}), time.time_ns()))
+        self.record.event(self.index, name, dict(attributes or {}), time.time_ns(), MAX_EVENTS)
 
     def end(self) -> None:
         """Ended: kept with the trace's, which are exported together when the server span
-        ends (one a request; a span ending after it is exported at once)."""
+        (the record's first) ends; a span ending after it is exported at once."""
         if not self.ended:
             self.ended = True
-            trace = self.trace
-            server = self is trace.server  # its parent is the client's
-            trace.ended.append(
-                (
-                    self.name,
-                    self.span_id,
-                    self.parent_id,
-                    server,
-                    self.kind,
-                    self.attributes,
-                    self.events,
-                    self.start_ns,
-                    time.time_ns(),
-                    self.error,
-                )
-            )
-            if server or trace.server.ended:
-                trace.tracing.pipeline.export(trace.id, trace.state, trace.ended)
-                trace.ended = []
+            if self.record.end(self.index, time.time_ns(), self.error):
+                self.pipeline.export(*self.record.take_ended())
 
 
 class Tracing:
@@ -232,7 +203,7 @@ _USAGE_KEYS = (
 class RequestTrace:
     """One request's spans: the server span and the hooks its children are made with."""
 
-    __slots__ = ("tracing", "id", "state", "server", "ended")
+    __slots__ = ("tracing", "id", "state", "server", "record")
 
     def __init__(self, tracing: Tracing, trace_id: int, state: str) -> None:
         self.tracing = tracing
@@ -240,8 +211,8 @@ class RequestTrace:
         # The client's `tracestate`, passed on as it came.
         self.state = state
         self.server: Span
-        # Spans ended and not yet exported (`Span.end`).
-        self.ended: list[tuple[Any, ...]] = []
+        # The spans themselves (`Span` is a handle on one).
+        self.record = TraceRecord(trace_id, state)
 
     @property
     def trace_id(self) -> str:
@@ -252,8 +223,9 @@ class RequestTrace:
     ) -> Span:
         """A child of the server span, ended by the caller (`span.end()`)."""
         return Span(
-            self, name, self.server.span_id, CLIENT if client else INTERNAL, dict(attributes or {})
-        )
+            self, name, self.server.span_id, CLIENT if client else INTERNAL,
+            None if attributes is None else dict(attributes),
+        )  # fmt: skip
 
     def span(self, name: str, **attributes: Any) -> SpanScope:
         """A child span around a block (`with trace.span(...) as span:`); an exception

@@ -921,9 +921,157 @@ mod trace_binding {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// One request's spans, recorded in Rust as they happen: the tracer's hooks call in with
+    /// a span's index, and no Python object holds a span's attributes, events or times (a
+    /// dict, a list and a tuple a span had been, every one walked by each young-generation
+    /// collection while its request ran; bench/README.md). Ended spans leave as entries of a
+    /// batch (`take_ended`), the bytes `encode_otlp_trace` makes of the same spans.
+    #[pyclass(module = "edgegw._core")]
+    struct TraceRecord {
+        trace_id: u128,
+        trace_state: String,
+        spans: Vec<Span>,
+        /// Per span: ended, and whether its entry was taken.
+        ended: Vec<bool>,
+        taken: Vec<bool>,
+    }
+
+    fn set_one(attrs: &mut Attributes, key: String, v: &Bound<'_, PyAny>) -> PyResult<()> {
+        // A dict's semantics: a key set again keeps its place; a value the encoder drops
+        // (`value` None) leaves the key out.
+        let v = value(v)?;
+        match (attrs.iter().position(|(k, _)| *k == key), v) {
+            (Some(i), Some(v)) => attrs[i].1 = v,
+            (Some(i), None) => {
+                attrs.remove(i);
+            }
+            (None, Some(v)) => attrs.push((key, v)),
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    impl TraceRecord {
+        fn at(&mut self, i: usize) -> PyResult<&mut Span> {
+            self.spans
+                .get_mut(i)
+                .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("no such span"))
+        }
+    }
+
+    #[pymethods]
+    impl TraceRecord {
+        #[new]
+        fn new(trace_id: u128, trace_state: String) -> Self {
+            TraceRecord {
+                trace_id,
+                trace_state,
+                spans: Vec::with_capacity(4),
+                ended: Vec::with_capacity(4),
+                taken: Vec::with_capacity(4),
+            }
+        }
+
+        /// A new span; returns its index, the handle of every other call.
+        #[allow(clippy::too_many_arguments)]
+        #[pyo3(signature = (name, span_id, parent_id, remote_parent, kind, start_ns, attrs=None))]
+        fn start(
+            &mut self,
+            name: String,
+            span_id: u64,
+            parent_id: Option<u64>,
+            remote_parent: bool,
+            kind: i32,
+            start_ns: u64,
+            attrs: Option<&Bound<'_, PyAny>>,
+        ) -> PyResult<usize> {
+            let attributes = match attrs {
+                Some(a) => attributes(a)?,
+                None => Vec::new(),
+            };
+            self.spans.push(Span {
+                trace_id: self.trace_id,
+                span_id,
+                parent_id,
+                remote_parent,
+                trace_state: self.trace_state.clone(),
+                name,
+                kind,
+                start_unix_nano: start_ns,
+                end_unix_nano: start_ns,
+                attributes,
+                events: Vec::new(),
+                error: false,
+            });
+            self.ended.push(false);
+            self.taken.push(false);
+            Ok(self.spans.len() - 1)
+        }
+
+        fn set(&mut self, i: usize, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
+            set_one(&mut self.at(i)?.attributes, key, value)
+        }
+
+        /// Every item of a dict, as `set` would.
+        fn update(&mut self, i: usize, attrs: &Bound<'_, PyDict>) -> PyResult<()> {
+            let span = self.at(i)?;
+            for (k, v) in attrs.iter() {
+                set_one(&mut span.attributes, k.extract()?, &v)?;
+            }
+            Ok(())
+        }
+
+        /// A span event, unless the span holds `limit` already; false when it was not kept.
+        fn event(
+            &mut self,
+            i: usize,
+            name: String,
+            attrs: &Bound<'_, PyAny>,
+            time_ns: u64,
+            limit: usize,
+        ) -> PyResult<bool> {
+            let attributes = attributes(attrs)?;
+            let span = self.at(i)?;
+            if span.events.len() >= limit {
+                return Ok(false);
+            }
+            span.events.push(Event {
+                name,
+                time_unix_nano: time_ns,
+                attributes,
+            });
+            Ok(true)
+        }
+
+        /// Ends span `i`; true once the first span (the request's server span) has ended,
+        /// when what ended is to be exported.
+        fn end(&mut self, i: usize, end_ns: u64, error: bool) -> PyResult<bool> {
+            let span = self.at(i)?;
+            span.end_unix_nano = end_ns;
+            span.error = error;
+            self.ended[i] = true;
+            Ok(self.ended[0])
+        }
+
+        /// The entries of the spans ended since the last call, and how many.
+        fn take_ended<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
+            let mut out = Vec::with_capacity(512);
+            let mut n = 0;
+            for (i, span) in self.spans.iter().enumerate() {
+                if self.ended[i] && !self.taken[i] {
+                    self.taken[i] = true;
+                    out.extend_from_slice(&otlp_trace::encode_span_entry(span));
+                    n += 1;
+                }
+            }
+            (PyBytes::new(py, &out), n)
+        }
+    }
+
     pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(encode_otlp_spans, m)?)?;
         m.add_function(wrap_pyfunction!(encode_otlp_trace, m)?)?;
+        m.add_class::<TraceRecord>()?;
         m.add_function(wrap_pyfunction!(encode_otlp_batch, m)?)
     }
 }
