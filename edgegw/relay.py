@@ -328,7 +328,7 @@ async def send_traced(
 ) -> Response:
     """`pool.send` with the request's id, and with tracing on, one CLIENT span for the
     attempt (from sending to the response head: its duration is the time to first byte)
-    whose `traceparent` goes upstream."""
+    whose `traceparent` goes upstream, and a `connect` child for a connection it opened."""
     sent = [*headers, (b"x-request-id", call.request_id.encode())]
     trace = call.trace
     if trace is None:
@@ -349,7 +349,9 @@ async def send_traced(
     sent += trace.upstream_headers(span)
     opened = pool.open_connections
     try:
-        resp = await pool.send(origin, method, target, sent, body)
+        resp = await pool.send(
+            origin, method, target, sent, body, trace.on_connect(span, origin.host, origin.port)
+        )
     except BaseException as e:
         trace.fail(span, e)
         span.end()

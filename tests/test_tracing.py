@@ -1,5 +1,6 @@
 """Tracing against a real OTLP/HTTP receiver on loopback: the span tree of a chat request,
-a stream, a local request and a routed request's failover; the client's trace continued and propagated upstream; a
+a stream, a local request and a routed request's failover; an upstream connect, opened or
+refused; the client's trace continued and propagated upstream; a
 collector that is down costs requests nothing and its drops are counted."""
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from .test_local import local_gateway, profile_yaml
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
-SERVER, CLIENT = 2, 3  # opentelemetry-proto's Span.SpanKind
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # opentelemetry-proto's Span.SpanKind
+ERROR = 2  # opentelemetry-proto's Status.StatusCode
 CHAT = {"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "secret prompt"}]}
 ANSWER = {
     "id": "chatcmpl-1",
@@ -140,6 +142,7 @@ async def test_chat_span_tree_continues_the_clients_trace(
     assert (server.trace_id, server.parent_id) == (TRACE_ID, CLIENT_SPAN)
     assert collector.tree(TRACE_ID)["POST /v1/chat/completions"] == [
         "POST /v1/chat/completions",  # the upstream attempt
+        "connect",  # the attempt's (the tree is by name): a fresh gateway's first connection
         "parse",
         "route",
     ]
@@ -267,13 +270,71 @@ async def test_failover_span_tree(
     assert server is not None and server.attributes["gen_ai.provider.name"] == "groq"
 
 
+async def test_a_new_connection_is_a_connect_span_of_its_attempt(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    gw = await traced_gateway(nursery, collector, upstream)
+    for _ in range(2):  # the second on the connection the first left open
+        resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+        assert resp.status == 200
+    await exported(gw, lambda: sum(s.kind == SERVER for s in collector.spans) == 2)
+    first, second = sorted(
+        (s for s in collector.spans if s.kind == CLIENT), key=lambda s: s.start_ns
+    )
+    (connect,) = [s for s in collector.spans if s.name == "connect"]
+    assert connect.parent_id == first.span_id and connect.trace_id == first.trace_id
+    assert connect.kind == INTERNAL and connect.status_code != ERROR
+    assert connect.attributes == {"server.address": "127.0.0.1", "server.port": upstream.port}
+    assert first.start_ns <= connect.start_ns <= connect.end_ns <= first.end_ns
+    assert first.attributes["edgegw.upstream.new_connection"] is True
+    assert second.attributes["edgegw.upstream.new_connection"] is False
+
+
+async def test_a_refused_connect_is_a_failed_connect_span(
+    nursery: trio.Nursery, collector: OtlpReceiver
+) -> None:
+    """Through the generation route and /proxy (each makes its own attempt span)."""
+    port = await closed_port()
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 502
+    resp = await request(gw.port, "GET", "/proxy/openai/v1/models")
+    assert resp.status == 502
+    await exported(gw, lambda: sum(s.kind == SERVER for s in collector.spans) == 2)
+    attempts = sorted((s for s in collector.spans if s.kind == CLIENT), key=lambda s: s.start_ns)
+    assert [a.name for a in attempts] == ["POST /v1/chat/completions", "GET /v1/models"]
+    connects = sorted((s for s in collector.spans if s.name == "connect"), key=lambda s: s.start_ns)
+    assert [c.parent_id for c in connects] == [a.span_id for a in attempts]
+    for attempt, connect in zip(attempts, connects, strict=True):
+        assert attempt.status_code == ERROR
+        assert connect.status_code == ERROR
+        assert connect.attributes == {
+            "server.address": "127.0.0.1",
+            "server.port": port,
+            "error.type": "upstream_unreachable",
+        }
+
+
+async def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    closed = trio.socket.socket()
+    await closed.bind(("127.0.0.1", 0))
+    port: int = closed.getsockname()[1]
+    closed.close()
+    return port
+
+
 async def test_collector_down_leaves_requests_alone_and_counts_drops(
     nursery: trio.Nursery, upstream: EchoUpstream
 ) -> None:
-    closed = trio.socket.socket()
-    await closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()  # nothing listens there
+    port = await closed_port()
     gw = await start_gateway(
         nursery,
         tracing_env(
@@ -290,7 +351,7 @@ async def test_collector_down_leaves_requests_alone_and_counts_drops(
     await exported(gw, lambda: tracing.queue.dropped["export_failed"] >= 20)
     text = await scrape(gw.metrics_port)
     dropped = sample(text, "edgegw_tracing_spans_dropped_total", reason="export_failed")
-    assert dropped is not None and dropped >= 20  # 4 spans a request
+    assert dropped is not None and dropped >= 20  # 4 spans a request, the first 5
 
 
 async def test_a_full_queue_drops_and_counts(
@@ -303,9 +364,10 @@ async def test_a_full_queue_drops_and_counts(
     tracing.queue.pending = 2
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200
-    await exported(gw, lambda: tracing.queue.dropped["queue_full"] >= 4)
+    await exported(gw, lambda: tracing.queue.dropped["queue_full"] >= 5)
     text = await scrape(gw.metrics_port)
-    assert sample(text, "edgegw_tracing_spans_dropped_total", reason="queue_full") == 4
+    # server, parse, route, the upstream attempt and its connect
+    assert sample(text, "edgegw_tracing_spans_dropped_total", reason="queue_full") == 5
 
 
 def test_tracing_off_never_imports_the_sdk() -> None:

@@ -30,7 +30,8 @@ once a minute.
 
 Per request (`RequestTrace`): one SERVER span, continued from the client's `traceparent`/
 `tracestate`; children for authentication, parsing, the routing decision, each upstream
-attempt (CLIENT, its `traceparent` sent upstream), MCP tool executions. Routing code (model
+attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
+connection), MCP tool executions. Routing code (model
 aliases, failover) records its attempts with `RequestTrace.span("route.attempt", ...)`.
 No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true.
 """
@@ -50,6 +51,7 @@ from edgegw.telemetry.spanqueue import SpanQueue
 if TYPE_CHECKING:
     from edgegw.settings import Settings
     from edgegw.telemetry.otelsdk import Pipeline
+    from edgegw.upstream import OnConnect
 
 log = logging.getLogger("edgegw.tracing")
 
@@ -254,6 +256,26 @@ class RequestTrace:
         return Span(
             self, name, self.server.span_id, CLIENT if client else INTERNAL, dict(attributes or {})
         )
+
+    def on_connect(self, attempt: Span, host: str, port: int) -> OnConnect:
+        """`UpstreamPool.send`'s hook for one upstream attempt: each connection it opens
+        is a `connect` child of `attempt` (TCP connect and TLS handshake), failed with the
+        connect's error; a kept-alive connection makes none."""
+
+        def connected(started_ns: int, error: BaseException | None) -> None:
+            span = Span(
+                self,
+                "connect",
+                attempt.span_id,
+                INTERNAL,
+                {"server.address": host, "server.port": port},
+            )
+            span.start_ns = started_ns
+            if error is not None:
+                self.fail(span, error)
+            span.end()
+
+        return connected
 
     def span(self, name: str, **attributes: Any) -> SpanScope:
         """A child span around a block (`with trace.span(...) as span:`); an exception
