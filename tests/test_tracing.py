@@ -225,6 +225,33 @@ async def test_local_request_span_tree(
     assert resp.headers[b"x-sie-request-id"] == resp.headers[b"x-request-id"]
 
 
+async def test_a_local_stream_records_its_finish_reasons(
+    nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
+) -> None:
+    worker = FakeSGLang(Script(tokens=3))
+    await nursery.start(worker.serve)
+    gw = await local_gateway(
+        nursery,
+        tmp_path,
+        profile_yaml([(worker.port, "default", None)]),
+        tracing_env(f"http://127.0.0.1:{collector.port}"),
+    )
+    body = {
+        "model": "qwen3-8b",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "n": 2,
+        "max_tokens": 2,  # fewer than the fake's 3 words: both choices end by length
+    }
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
+    assert resp.status == 200, resp.body
+    assert resp.body.count(b'"finish_reason":"length"') == 2
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.attributes["gen_ai.response.finish_reasons"] == ["length", "length"]
+
+
 async def test_failover_span_tree(
     nursery: trio.Nursery, collector: OtlpReceiver, mock: MockUpstream, tmp_path: Path
 ) -> None:

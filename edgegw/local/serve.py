@@ -303,6 +303,7 @@ async def _stream(
                     out += normalizer.close()
                     outcome.usage = normalizer.usage
                     outcome.tool_calls = normalizer.tool_names
+                    outcome.finish_reasons = normalizer.finish_reasons
                     await writer.close(b"".join(out))
                     return True
                 out += normalizer.feed(event.data)
@@ -311,6 +312,7 @@ async def _stream(
         raise WorkerFailure("transport_failure", "the worker stream ended without [DONE]")
     except WorkerFailure as e:
         outcome.tool_calls = normalizer.tool_names
+        outcome.finish_reasons = normalizer.finish_reasons
         await writer.fail(e.code, str(e))
     except (GatewayError, UpstreamProtocolError) as e:
         await writer.fail(e.code, e.message if isinstance(e, GatewayError) else str(e))
