@@ -17,6 +17,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -27,6 +28,9 @@ from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.tap import has_usage, tap, without_usage
 from edgegw.upstream import Origin, Response, UpstreamPool
+
+if TYPE_CHECKING:
+    from edgegw.telemetry.tracing import Completion
 
 log = logging.getLogger("edgegw.streaming")
 
@@ -116,6 +120,8 @@ class Exchanges:
             if ok and inspect is not None:
                 payload, added = await inspect(payload)
                 response_headers = (*response_headers, *added)
+            if ok and call.trace is not None and call.trace.completion is not None:
+                call.trace.completion.answer(payload)
             headers = [
                 (b"content-type", resp.header(b"content-type") or b"application/json"),
                 (b"content-length", b"%d" % len(payload)),
@@ -182,8 +188,9 @@ class Exchanges:
                 # From here on only silence is bounded (per chunk, in _pump).
                 ex.scope.deadline = float("inf")
                 await writer.start()
+                completion = None if call.trace is None else call.trace.completion
                 try:
-                    await self._pump(resp, writer, outcome, up.secret, up.hidden_usage)
+                    await self._pump(resp, writer, outcome, up.secret, up.hidden_usage, completion)
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")
@@ -200,7 +207,9 @@ class Exchanges:
         outcome: Outcome,
         secret: bytes | None,
         hidden_usage: bool = False,
+        completion: Completion | None = None,
     ) -> None:
+        """`completion`: fed each event's data, with TELEMETRY_TRACING_CONTENT."""
         splitter = SseSplitter()
         idle = self.idle_timeout_s
         decoder = stream_decoder(resp.header(b"content-encoding"))
@@ -241,6 +250,9 @@ class Exchanges:
                         ):
                             tap(event.data, outcome, "delta")
                             withheld = withheld or (hidden_usage and has_usage(event.data))
+                    if completion is not None:
+                        for event in events:
+                            completion.delta(scrub(event.data, secret))  # the client's copy
                 except UpstreamProtocolError as e:
                     await writer.fail(e.code, str(e))
                     return

@@ -1,6 +1,6 @@
 """Tracing against a real OTLP/HTTP receiver on loopback: the span tree of a chat request,
 a stream, a local request and a routed request's failover; an upstream connect, opened or
-refused; the client's trace continued and propagated upstream; a
+refused; prompt and completion text only with TELEMETRY_TRACING_CONTENT; the client's trace continued and propagated upstream; a
 collector that is down costs requests nothing and its drops are counted."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import trio
 import trustme
 
 from edgegw.bench.mock import MockUpstream
+from edgegw.telemetry.tracing import MAX_CONTENT_CHARS
 
 from .conftest import UPSTREAM_KEY, Gateway, sample, scrape, start_gateway
 from .echo_upstream import Answer, EchoUpstream, Seen
@@ -193,6 +194,122 @@ async def test_stream_span_has_ttft_and_histograms_have_exemplars(
         gw.metrics_port, "GET", "/metrics", b"", [("accept", "application/openmetrics-text")]
     )
     assert f'# {{trace_id="{server.trace_id}"}}'.encode() in om.body
+
+
+PROMPT_CANARY = "canary-prompt-7f3a"
+ANSWER_CANARY = "canary-answer-91c2"
+# Choice 0's text, longer than what an event keeps; choice 1 ends by length.
+LONG_ANSWER = ANSWER_CANARY + "x" * MAX_CONTENT_CHARS
+CHOICE_EVENTS = [
+    {"index": 0, "finish_reason": "stop", "gen_ai.content": LONG_ANSWER[:MAX_CONTENT_CHARS]},
+    {"index": 1, "finish_reason": "length", "gen_ai.content": "second"},
+]
+
+
+def canary_answer(seen: Seen) -> Answer:
+    """Two choices: LONG_ANSWER (streamed in three deltas) and "second"."""
+
+    def piece(i: int, delta: dict, finish: str | None = None) -> bytes:
+        doc = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o-mini"}
+        doc["choices"] = [{"index": i, "delta": delta, "finish_reason": finish}]
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+    if orjson.loads(seen.body).get("stream"):
+        chunks = [
+            piece(0, {"role": "assistant", "content": ANSWER_CANARY}),
+            piece(1, {"role": "assistant", "content": "sec"}),
+            piece(0, {"content": LONG_ANSWER[len(ANSWER_CANARY) : 100]}),
+            piece(1, {"content": "ond"}, "length"),
+            piece(0, {"content": LONG_ANSWER[100:]}),
+            piece(0, {}, "stop"),
+            b"data: [DONE]\n\n",
+        ]
+        return Answer(headers=[("content-type", "text/event-stream")], chunks=chunks)
+    choices = [
+        {"index": 0, "message": {"role": "assistant", "content": LONG_ANSWER}},
+        {"index": 1, "message": {"role": "assistant", "content": "second"}},
+    ]
+    choices[0]["finish_reason"], choices[1]["finish_reason"] = "stop", "length"
+    return Answer(body=orjson.dumps({**ANSWER, "choices": choices}))
+
+
+async def canary_request(gw: Gateway, stream: bool) -> None:
+    body = {
+        "model": "openai/gpt-4o-mini",
+        "messages": [{"role": "user", "content": PROMPT_CANARY}],
+        "n": 2,
+        "stream": stream,
+    }
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
+    assert resp.status == 200, resp.body
+    assert ANSWER_CANARY.encode() in resp.body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_content_on_records_the_prompt_and_each_choice(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, stream: bool
+) -> None:
+    upstream.answer = canary_answer
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+            TELEMETRY_TRACING_CONTENT="true",
+        ),
+    )
+    await canary_request(gw, stream)
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.events == ["gen_ai.user.message", "gen_ai.choice", "gen_ai.choice"]
+    prompt, *choices = server.event_attributes
+    assert PROMPT_CANARY in prompt["gen_ai.content"]
+    assert choices == CHOICE_EVENTS
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_content_off_puts_no_text_in_any_span(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, stream: bool
+) -> None:
+    upstream.answer = canary_answer
+    gw = await traced_gateway(nursery, collector, upstream)
+    await canary_request(gw, stream)
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    spans = repr(collector.spans)
+    assert "gen_ai.choice" not in spans and "gen_ai.user.message" not in spans
+    assert PROMPT_CANARY not in spans and ANSWER_CANARY not in spans
+
+
+async def test_content_on_records_a_local_streams_text_as_the_client_got_it(
+    nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
+) -> None:
+    worker = FakeSGLang(Script(tokens=5))
+    await nursery.start(worker.serve)
+    gw = await local_gateway(
+        nursery,
+        tmp_path,
+        profile_yaml([(worker.port, "default", None)]),
+        tracing_env(f"http://127.0.0.1:{collector.port}", TELEMETRY_TRACING_CONTENT="true"),
+    )
+    body = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
+    assert resp.status == 200, resp.body
+    chunks = [
+        orjson.loads(line[6:]) for line in resp.body.split(b"\n") if line.startswith(b"data: {")
+    ]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert len(text.split()) == 5
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.events == ["gen_ai.user.message", "gen_ai.choice"]
+    assert server.event_attributes[1] == {
+        "index": 0,
+        "finish_reason": "stop",
+        "gen_ai.content": text,
+    }
 
 
 async def test_local_request_span_tree(

@@ -33,7 +33,9 @@ Per request (`RequestTrace`): one SERVER span, continued from the client's `trac
 attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
 connection), MCP tool executions. Routing code (model
 aliases, failover) records its attempts with `RequestTrace.span("route.attempt", ...)`.
-No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true.
+No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true: then
+the request body is the server span's `gen_ai.user.message` event and each choice of the
+answer a `gen_ai.choice` event (`Completion`, fed by the relays).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import trio
 
 from edgegw.ids import getrandbits, random_bits
@@ -234,7 +237,7 @@ _USAGE_KEYS = (
 class RequestTrace:
     """One request's spans: the server span and the hooks its children are made with."""
 
-    __slots__ = ("tracing", "id", "state", "server", "ended")
+    __slots__ = ("tracing", "id", "state", "server", "ended", "completion")
 
     def __init__(self, tracing: Tracing, trace_id: int, state: str) -> None:
         self.tracing = tracing
@@ -244,6 +247,8 @@ class RequestTrace:
         self.server: Span
         # Spans ended and not yet exported (`Span.end`).
         self.ended: list[tuple[Any, ...]] = []
+        # The answer's text, fed by the relays; None unless TELEMETRY_TRACING_CONTENT.
+        self.completion = Completion() if tracing.content else None
 
     @property
     def trace_id(self) -> str:
@@ -307,7 +312,8 @@ class RequestTrace:
         finish_reasons: Sequence[str],
         ttft_s: float | None,
     ) -> None:
-        """The GenAI semantic-convention attributes of a chat or completions request."""
+        """The GenAI semantic-convention attributes of a chat or completions request, and
+        with TELEMETRY_TRACING_CONTENT its answer's `gen_ai.choice` events."""
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "gen_ai.provider.name": provider,
@@ -328,6 +334,8 @@ class RequestTrace:
         if ttft_s is not None:
             attrs["gen_ai.server.time_to_first_token"] = ttft_s
         self.server.set_attributes(attrs)
+        if self.completion is not None:
+            self.completion.record(self.server)
 
     def fail(self, span: Span, e: BaseException | str) -> None:
         code = (
@@ -349,6 +357,57 @@ class RequestTrace:
         """A prompt or completion as a span event, only with TELEMETRY_TRACING_CONTENT."""
         if self.tracing.content:
             span.add_event(event, {"gen_ai.content": text[:MAX_CONTENT_CHARS]})
+
+
+class Completion:
+    """TELEMETRY_TRACING_CONTENT: an answer's text per choice as the client got it (a whole
+    answer's messages, a stream's deltas joined), at most MAX_CONTENT_CHARS a choice, and
+    its finish_reason; `record` makes them one `gen_ai.choice` event a choice."""
+
+    __slots__ = ("texts", "sizes", "reasons")
+
+    def __init__(self) -> None:
+        # By choice index: the text's pieces, their length, the finish_reason.
+        self.texts: dict[int, list[str]] = {}
+        self.sizes: dict[int, int] = {}
+        self.reasons: dict[int, str] = {}
+
+    def answer(self, data: bytes) -> None:
+        """A whole answer's JSON: its choices' `message.content` (or `text`)."""
+        self._choices(data, "message")
+
+    def delta(self, data: bytes) -> None:
+        """A stream event's JSON: its choices' `delta.content` (or `text`)."""
+        self._choices(data, "delta")
+
+    def _choices(self, data: bytes, part: str) -> None:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return  # `[DONE]`, or nothing the client could read either
+        if not isinstance(doc, dict):
+            return
+        for choice in doc.get("choices") or ():
+            i = choice.get("index", 0) if isinstance(choice, dict) else None
+            if type(i) is not int or (i not in self.texts and len(self.texts) >= MAX_EVENTS):
+                continue
+            pieces = self.texts.setdefault(i, [])
+            message = choice.get(part)
+            text = message.get("content") if isinstance(message, dict) else choice.get("text")
+            size = self.sizes.get(i, 0)
+            if isinstance(text, str) and text and size < MAX_CONTENT_CHARS:
+                pieces.append(text[: MAX_CONTENT_CHARS - size])
+                self.sizes[i] = size + len(pieces[-1])
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.reasons[i] = clip(reason)
+
+    def record(self, span: Span) -> None:
+        for i in sorted(self.texts):
+            attrs: dict[str, Any] = {"index": i, "gen_ai.content": "".join(self.texts[i])}
+            if i in self.reasons:
+                attrs["finish_reason"] = self.reasons[i]
+            span.add_event("gen_ai.choice", attrs)
 
 
 class SpanScope:
