@@ -18,6 +18,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,6 +29,9 @@ from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.tap import has_usage, tap, without_usage
 from edgegw.upstream import Origin, Response, UpstreamPool
+
+if TYPE_CHECKING:
+    from edgegw.telemetry.tracing import Completion
 
 log = logging.getLogger("edgegw.streaming")
 
@@ -117,6 +121,8 @@ class Exchanges:
             if ok and inspect is not None:
                 payload, added = await inspect(payload)
                 response_headers = (*response_headers, *added)
+            if ok and call.trace is not None and call.trace.completion is not None:
+                call.trace.completion.answer(payload)
             headers = [
                 (b"content-type", resp.header(b"content-type") or b"application/json"),
                 (b"content-length", b"%d" % len(payload)),
@@ -183,8 +189,9 @@ class Exchanges:
                 # From here on only silence is bounded (per chunk, in _pump).
                 ex.scope.deadline = float("inf")
                 await writer.start()
+                completion = None if call.trace is None else call.trace.completion
                 try:
-                    await self._pump(resp, writer, outcome, up.secret, up.hidden_usage)
+                    await self._pump(resp, writer, outcome, up.secret, up.hidden_usage, completion)
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")
@@ -201,7 +208,9 @@ class Exchanges:
         outcome: Outcome,
         secret: bytes | None,
         hidden_usage: bool = False,
+        completion: Completion | None = None,
     ) -> None:
+        """`completion`: fed each event's data, with TELEMETRY_TRACING_CONTENT."""
         splitter = SseSplitter()
         idle = self.idle_timeout_s
         decoder = stream_decoder(resp.header(b"content-encoding"))
@@ -251,6 +260,10 @@ class Exchanges:
                 if withheld:
                     # Once a stream: its whole events split again, to be written without it.
                     data = without_usage(SseSplitter().feed(data))
+                if completion is not None and data:
+                    # TELEMETRY_TRACING_CONTENT: the events as the client gets them.
+                    for event in SseSplitter().feed(scrub(data, secret)):
+                        completion.delta(event.data)
                 if data:
                     # Whole events: a key quoted in one cannot be split across two sends.
                     if outcome.done and not held and resp.complete:
@@ -327,7 +340,7 @@ async def send_traced(
 ) -> Response:
     """`pool.send` with the request's id, and with tracing on, one CLIENT span for the
     attempt (from sending to the response head: its duration is the time to first byte)
-    whose `traceparent` goes upstream."""
+    whose `traceparent` goes upstream, and a `connect` child for a connection it opened."""
     sent = [*headers, (b"x-request-id", call.request_id.encode())]
     trace = call.trace
     if trace is None:
@@ -348,7 +361,9 @@ async def send_traced(
     sent += trace.upstream_headers(span)
     opened = pool.open_connections
     try:
-        resp = await pool.send(origin, method, target, sent, body)
+        resp = await pool.send(
+            origin, method, target, sent, body, trace.on_connect(span, origin.host, origin.port)
+        )
     except BaseException as e:
         trace.fail(span, e)
         span.end()

@@ -50,6 +50,11 @@ READ_SIZE = 65536
 MAX_PER_HOST = 1024
 
 Headers = Sequence[tuple[bytes, bytes]]
+# Told of each connection the pool opens for a request, once its TCP connect and TLS
+# handshake are over: when the connect began (time.time_ns) and the error it failed with
+# (None: it is open). Without one a connect costs two `is None` checks more, and a request
+# on a kept-alive connection nothing.
+OnConnect = Callable[[int, BaseException | None], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,8 +161,12 @@ class UpstreamPool:
             host = self._hosts[key] = _Host()
         return host
 
-    async def _connect(self, origin: Origin, host: _Host) -> _Connection:
-        """A new connection, in a slot of `host` the caller holds (given back on failure)."""
+    async def _connect(
+        self, origin: Origin, host: _Host, on_connect: OnConnect | None
+    ) -> _Connection:
+        """A new connection, in a slot of `host` the caller holds (given back on failure);
+        `on_connect` is told when it began and how it ended."""
+        started = 0 if on_connect is None else time.time_ns()
         try:
             with trio.fail_after(self.connect_timeout_s):
                 tcp = await trio.open_tcp_stream(origin.host, origin.port)
@@ -174,20 +183,29 @@ class UpstreamPool:
                     stream = tls
         except BaseException as e:
             self._free_slot(host)
+            error: BaseException = e
             if isinstance(e, trio.TooSlowError):
-                raise GatewayError(
+                error = GatewayError(
                     504, "upstream_timeout", "timed out connecting to the upstream"
-                ) from None
-            if isinstance(e, (OSError, trio.BrokenResourceError, ssl.SSLError)):
-                raise GatewayError(
+                )
+            elif isinstance(e, (OSError, trio.BrokenResourceError, ssl.SSLError)):
+                error = GatewayError(
                     502, "upstream_unreachable", "could not connect to the upstream"
-                ) from e
-            raise
+                )
+            if on_connect is not None:
+                on_connect(started, error)
+            if error is e:
+                raise
+            raise error from (None if isinstance(e, trio.TooSlowError) else e)
+        if on_connect is not None:
+            on_connect(started, None)
         self.open_connections += 1
         self.connections_opened += 1
         return _Connection(stream, tcp.socket, host)
 
-    async def _acquire(self, origin: Origin) -> tuple[_Connection, bool]:
+    async def _acquire(
+        self, origin: Origin, on_connect: OnConnect | None = None
+    ) -> tuple[_Connection, bool]:
         """A connection for one exchange: (it, whether it was kept alive from an earlier
         one). At the cap, wait in line (module doc)."""
         host = self._host(origin)
@@ -200,9 +218,11 @@ class UpstreamPool:
             self.open_connections -= 1
             host.open -= 1
             conn.sock.close()  # sync close of the raw socket; nothing to flush on a dead peer
-        return await self._open(origin, host)
+        return await self._open(origin, host, on_connect)
 
-    async def _open(self, origin: Origin, host: _Host) -> tuple[_Connection, bool]:
+    async def _open(
+        self, origin: Origin, host: _Host, on_connect: OnConnect | None = None
+    ) -> tuple[_Connection, bool]:
         """A new connection, once a slot is free; or one handed over while waiting."""
         if host.open < self.max_per_host:
             host.open += 1
@@ -214,7 +234,7 @@ class UpstreamPool:
                     return handed, True
                 self.open_connections -= 1  # closed by the peer meanwhile: its slot is ours
                 handed.sock.close()
-        return await self._connect(origin, host), False
+        return await self._connect(origin, host, on_connect), False
 
     async def _wait(self, host: _Host) -> _Connection | None:
         """Queue for `host`: a connection handed over, or None for a slot to open one in."""
@@ -267,12 +287,19 @@ class UpstreamPool:
         self.open_connections = 0
 
     async def send(
-        self, origin: Origin, method: bytes, target: bytes, headers: Headers, body: bytes = b""
+        self,
+        origin: Origin,
+        method: bytes,
+        target: bytes,
+        headers: Headers,
+        body: bytes = b"",
+        on_connect: OnConnect | None = None,
     ) -> Response:
         """Send a request and wait for the response head (timeouts are the caller's scopes).
 
         A reused keep-alive connection that turns out closed before any response byte is
-        retried once on a fresh connection (the peer never saw the request)."""
+        retried once on a fresh connection (the peer never saw the request). `on_connect`
+        hears of each connection opened for it (`OnConnect`; the tracer's `connect` span)."""
         framing = (
             b"content-length: %d\r\n" % len(body)
             if body or method in (b"POST", b"PUT", b"PATCH")
@@ -281,9 +308,9 @@ class UpstreamPool:
         request = _request_head(origin, method, target, headers, framing) + body
         for attempt in (0, 1):
             if attempt == 0:
-                conn, reused = await self._acquire(origin)
+                conn, reused = await self._acquire(origin, on_connect)
             else:  # not an idle one again: it could be stale too
-                conn, reused = await self._open(origin, self._host(origin))
+                conn, reused = await self._open(origin, self._host(origin), on_connect)
             parser = ResponseParser(method == b"HEAD")
             try:
                 await conn.stream.send_all(request)
@@ -310,17 +337,19 @@ class UpstreamPool:
         headers: Headers,
         next_chunk: Callable[[], Awaitable[bytes]],
         content_length: int | None,
+        on_connect: OnConnect | None = None,
     ) -> Response:
         """Send a request whose body arrives piece by piece (`next_chunk()` returns b""
         at the end); with no known length it goes chunked. Not retried: the body cannot be
-        replayed, so only a connection that looks alive is reused."""
+        replayed, so only a connection that looks alive is reused. `on_connect`: as for
+        `send`."""
         framing = (
             b"transfer-encoding: chunked\r\n"
             if content_length is None
             else b"content-length: %d\r\n" % content_length
         )
         head = _request_head(origin, method, target, headers, framing)
-        conn, _ = await self._acquire(origin)
+        conn, _ = await self._acquire(origin, on_connect)
         parser = ResponseParser(method == b"HEAD")
         try:
             await conn.stream.send_all(head)

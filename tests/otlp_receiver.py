@@ -29,6 +29,8 @@ class ReceivedSpan:
     start_ns: int
     end_ns: int
     resource: dict[str, Any] = field(default_factory=dict)
+    # Each event's attributes, in the order of `events`.
+    event_attributes: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _value(v: AnyValue) -> Any:
@@ -101,6 +103,9 @@ class OtlpReceiver:
                             start_ns=s.start_time_unix_nano,
                             end_ns=s.end_time_unix_nano,
                             resource=resource,
+                            event_attributes=[
+                                {a.key: _value(a.value) for a in e.attributes} for e in s.events
+                            ],
                         )
                     )
         await out.send(200, [(b"content-type", b"application/x-protobuf")], b"")

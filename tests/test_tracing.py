@@ -1,5 +1,6 @@
 """Tracing against a real OTLP/HTTP receiver on loopback: the span tree of a chat request,
-a stream, a local request and a routed request's failover; the client's trace continued and propagated upstream; a
+a stream, a local request and a routed request's failover; an upstream connect, opened or
+refused; prompt and completion text only with TELEMETRY_TRACING_CONTENT; the client's trace continued and propagated upstream; a
 collector that is down costs requests nothing and its drops are counted."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import trio
 import trustme
 
 from edgegw.bench.mock import MockUpstream
+from edgegw.telemetry.tracing import MAX_CONTENT_CHARS
 
 from .conftest import UPSTREAM_KEY, Gateway, sample, scrape, start_gateway
 from .echo_upstream import Answer, EchoUpstream, Seen
@@ -27,7 +29,8 @@ from .test_local import local_gateway, profile_yaml
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CLIENT_SPAN}-01"
-SERVER, CLIENT = 2, 3  # opentelemetry-proto's Span.SpanKind
+INTERNAL, SERVER, CLIENT = 1, 2, 3  # opentelemetry-proto's Span.SpanKind
+ERROR = 2  # opentelemetry-proto's Status.StatusCode
 CHAT = {"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "secret prompt"}]}
 ANSWER = {
     "id": "chatcmpl-1",
@@ -140,6 +143,7 @@ async def test_chat_span_tree_continues_the_clients_trace(
     assert (server.trace_id, server.parent_id) == (TRACE_ID, CLIENT_SPAN)
     assert collector.tree(TRACE_ID)["POST /v1/chat/completions"] == [
         "POST /v1/chat/completions",  # the upstream attempt
+        "connect",  # the attempt's (the tree is by name): a fresh gateway's first connection
         "parse",
         "route",
     ]
@@ -192,6 +196,122 @@ async def test_stream_span_has_ttft_and_histograms_have_exemplars(
     assert f'# {{trace_id="{server.trace_id}"}}'.encode() in om.body
 
 
+PROMPT_CANARY = "canary-prompt-7f3a"
+ANSWER_CANARY = "canary-answer-91c2"
+# Choice 0's text, longer than what an event keeps; choice 1 ends by length.
+LONG_ANSWER = ANSWER_CANARY + "x" * MAX_CONTENT_CHARS
+CHOICE_EVENTS = [
+    {"index": 0, "finish_reason": "stop", "gen_ai.content": LONG_ANSWER[:MAX_CONTENT_CHARS]},
+    {"index": 1, "finish_reason": "length", "gen_ai.content": "second"},
+]
+
+
+def canary_answer(seen: Seen) -> Answer:
+    """Two choices: LONG_ANSWER (streamed in three deltas) and "second"."""
+
+    def piece(i: int, delta: dict, finish: str | None = None) -> bytes:
+        doc = {"id": "c", "object": "chat.completion.chunk", "model": "gpt-4o-mini"}
+        doc["choices"] = [{"index": i, "delta": delta, "finish_reason": finish}]
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+    if orjson.loads(seen.body).get("stream"):
+        chunks = [
+            piece(0, {"role": "assistant", "content": ANSWER_CANARY}),
+            piece(1, {"role": "assistant", "content": "sec"}),
+            piece(0, {"content": LONG_ANSWER[len(ANSWER_CANARY) : 100]}),
+            piece(1, {"content": "ond"}, "length"),
+            piece(0, {"content": LONG_ANSWER[100:]}),
+            piece(0, {}, "stop"),
+            b"data: [DONE]\n\n",
+        ]
+        return Answer(headers=[("content-type", "text/event-stream")], chunks=chunks)
+    choices = [
+        {"index": 0, "message": {"role": "assistant", "content": LONG_ANSWER}},
+        {"index": 1, "message": {"role": "assistant", "content": "second"}},
+    ]
+    choices[0]["finish_reason"], choices[1]["finish_reason"] = "stop", "length"
+    return Answer(body=orjson.dumps({**ANSWER, "choices": choices}))
+
+
+async def canary_request(gw: Gateway, stream: bool) -> None:
+    body = {
+        "model": "openai/gpt-4o-mini",
+        "messages": [{"role": "user", "content": PROMPT_CANARY}],
+        "n": 2,
+        "stream": stream,
+    }
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
+    assert resp.status == 200, resp.body
+    assert ANSWER_CANARY.encode() in resp.body
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_content_on_records_the_prompt_and_each_choice(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, stream: bool
+) -> None:
+    upstream.answer = canary_answer
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+            TELEMETRY_TRACING_CONTENT="true",
+        ),
+    )
+    await canary_request(gw, stream)
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.events == ["gen_ai.user.message", "gen_ai.choice", "gen_ai.choice"]
+    prompt, *choices = server.event_attributes
+    assert PROMPT_CANARY in prompt["gen_ai.content"]
+    assert choices == CHOICE_EVENTS
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_content_off_puts_no_text_in_any_span(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, stream: bool
+) -> None:
+    upstream.answer = canary_answer
+    gw = await traced_gateway(nursery, collector, upstream)
+    await canary_request(gw, stream)
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    spans = repr(collector.spans)
+    assert "gen_ai.choice" not in spans and "gen_ai.user.message" not in spans
+    assert PROMPT_CANARY not in spans and ANSWER_CANARY not in spans
+
+
+async def test_content_on_records_a_local_streams_text_as_the_client_got_it(
+    nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
+) -> None:
+    worker = FakeSGLang(Script(tokens=5))
+    await nursery.start(worker.serve)
+    gw = await local_gateway(
+        nursery,
+        tmp_path,
+        profile_yaml([(worker.port, "default", None)]),
+        tracing_env(f"http://127.0.0.1:{collector.port}", TELEMETRY_TRACING_CONTENT="true"),
+    )
+    body = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
+    assert resp.status == 200, resp.body
+    chunks = [
+        orjson.loads(line[6:]) for line in resp.body.split(b"\n") if line.startswith(b"data: {")
+    ]
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert len(text.split()) == 5
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.events == ["gen_ai.user.message", "gen_ai.choice"]
+    assert server.event_attributes[1] == {
+        "index": 0,
+        "finish_reason": "stop",
+        "gen_ai.content": text,
+    }
+
+
 async def test_local_request_span_tree(
     nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
 ) -> None:
@@ -220,6 +340,33 @@ async def test_local_request_span_tree(
     assert server.attributes["gen_ai.provider.name"] == "local"
     # The gateway made the id: SIE's request id is the same one.
     assert resp.headers[b"x-sie-request-id"] == resp.headers[b"x-request-id"]
+
+
+async def test_a_local_stream_records_its_finish_reasons(
+    nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
+) -> None:
+    worker = FakeSGLang(Script(tokens=3))
+    await nursery.start(worker.serve)
+    gw = await local_gateway(
+        nursery,
+        tmp_path,
+        profile_yaml([(worker.port, "default", None)]),
+        tracing_env(f"http://127.0.0.1:{collector.port}"),
+    )
+    body = {
+        "model": "qwen3-8b",
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+        "n": 2,
+        "max_tokens": 2,  # fewer than the fake's 3 words: both choices end by length
+    }
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
+    assert resp.status == 200, resp.body
+    assert resp.body.count(b'"finish_reason":"length"') == 2
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    server = server_span(collector, "/v1/chat/completions")
+    assert server is not None
+    assert server.attributes["gen_ai.response.finish_reasons"] == ["length", "length"]
 
 
 async def test_failover_span_tree(
@@ -267,13 +414,71 @@ async def test_failover_span_tree(
     assert server is not None and server.attributes["gen_ai.provider.name"] == "groq"
 
 
+async def test_a_new_connection_is_a_connect_span_of_its_attempt(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    gw = await traced_gateway(nursery, collector, upstream)
+    for _ in range(2):  # the second on the connection the first left open
+        resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+        assert resp.status == 200
+    await exported(gw, lambda: sum(s.kind == SERVER for s in collector.spans) == 2)
+    first, second = sorted(
+        (s for s in collector.spans if s.kind == CLIENT), key=lambda s: s.start_ns
+    )
+    (connect,) = [s for s in collector.spans if s.name == "connect"]
+    assert connect.parent_id == first.span_id and connect.trace_id == first.trace_id
+    assert connect.kind == INTERNAL and connect.status_code != ERROR
+    assert connect.attributes == {"server.address": "127.0.0.1", "server.port": upstream.port}
+    assert first.start_ns <= connect.start_ns <= connect.end_ns <= first.end_ns
+    assert first.attributes["edgegw.upstream.new_connection"] is True
+    assert second.attributes["edgegw.upstream.new_connection"] is False
+
+
+async def test_a_refused_connect_is_a_failed_connect_span(
+    nursery: trio.Nursery, collector: OtlpReceiver
+) -> None:
+    """Through the generation route and /proxy (each makes its own attempt span)."""
+    port = await closed_port()
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 502
+    resp = await request(gw.port, "GET", "/proxy/openai/v1/models")
+    assert resp.status == 502
+    await exported(gw, lambda: sum(s.kind == SERVER for s in collector.spans) == 2)
+    attempts = sorted((s for s in collector.spans if s.kind == CLIENT), key=lambda s: s.start_ns)
+    assert [a.name for a in attempts] == ["POST /v1/chat/completions", "GET /v1/models"]
+    connects = sorted((s for s in collector.spans if s.name == "connect"), key=lambda s: s.start_ns)
+    assert [c.parent_id for c in connects] == [a.span_id for a in attempts]
+    for attempt, connect in zip(attempts, connects, strict=True):
+        assert attempt.status_code == ERROR
+        assert connect.status_code == ERROR
+        assert connect.attributes == {
+            "server.address": "127.0.0.1",
+            "server.port": port,
+            "error.type": "upstream_unreachable",
+        }
+
+
+async def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    closed = trio.socket.socket()
+    await closed.bind(("127.0.0.1", 0))
+    port: int = closed.getsockname()[1]
+    closed.close()
+    return port
+
+
 async def test_collector_down_leaves_requests_alone_and_counts_drops(
     nursery: trio.Nursery, upstream: EchoUpstream
 ) -> None:
-    closed = trio.socket.socket()
-    await closed.bind(("127.0.0.1", 0))
-    port = closed.getsockname()[1]
-    closed.close()  # nothing listens there
+    port = await closed_port()
     gw = await start_gateway(
         nursery,
         tracing_env(
@@ -290,7 +495,7 @@ async def test_collector_down_leaves_requests_alone_and_counts_drops(
     await exported(gw, lambda: tracing.queue.dropped["export_failed"] >= 20)
     text = await scrape(gw.metrics_port)
     dropped = sample(text, "edgegw_tracing_spans_dropped_total", reason="export_failed")
-    assert dropped is not None and dropped >= 20  # 4 spans a request
+    assert dropped is not None and dropped >= 20  # 4 spans a request, the first 5
 
 
 async def test_a_full_queue_drops_and_counts(
@@ -303,9 +508,10 @@ async def test_a_full_queue_drops_and_counts(
     tracing.queue.pending = 2
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200
-    await exported(gw, lambda: tracing.queue.dropped["queue_full"] >= 4)
+    await exported(gw, lambda: tracing.queue.dropped["queue_full"] >= 5)
     text = await scrape(gw.metrics_port)
-    assert sample(text, "edgegw_tracing_spans_dropped_total", reason="queue_full") == 4
+    # server, parse, route, the upstream attempt and its connect
+    assert sample(text, "edgegw_tracing_spans_dropped_total", reason="queue_full") == 5
 
 
 def test_tracing_off_never_imports_the_sdk() -> None:

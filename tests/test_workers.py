@@ -1,6 +1,6 @@
 """`edgegw serve --workers N` as a user runs it: N processes on one port, a dead worker
 replaced without the port going down, SIGTERM ending everything with exit 0; with
-telemetry, one metrics port that sums the workers."""
+telemetry, one metrics port that sums the workers and carries their exemplars."""
 
 from __future__ import annotations
 
@@ -281,6 +281,87 @@ def test_merged_expositions_sum_each_series() -> None:
     assert sample(merged, tokens, gen_ai_token_type="output", **gpt) == 10
     assert sample(merged, "inference_gateway_tool_calls_total", **gpt) == 2
     assert "# TYPE gen_ai_server_time_to_first_token_seconds histogram" in merged
+
+
+def test_merged_openmetrics_keep_each_buckets_latest_exemplar() -> None:
+    settings = Settings(telemetry_enabled=True)
+    workers = [Telemetry(settings), Telemetry(settings)]
+    for t, trace_id in ((workers[1], "a" * 32), (workers[0], "b" * 32), (workers[0], "c" * 32)):
+        t.record_generation(
+            provider="openai",
+            model="gpt",
+            status=200,
+            duration_s=0.3 if trace_id != "c" * 32 else 5.0,  # another bucket
+            ttft_s=None,
+            usage=None,
+            tool_calls=[],
+            trace_id=trace_id,
+        )
+    texts = [t.exposition(OPENMETRICS)[0].decode() for t in workers]
+    merged = choose_encoder(OPENMETRICS)[0](Merged(texts, openmetrics=True)).decode()
+    assert merged.count("# {trace_id=") == 2  # the duration histogram's two buckets
+    bucket = "gen_ai_server_request_duration_seconds_bucket"
+    found = {
+        s.labels["le"]: s.exemplar.labels["trace_id"]
+        for f in openmetrics_families(merged)
+        for s in f.samples
+        if s.name == bucket and s.exemplar is not None
+    }
+    # Per bucket the one recorded last, whichever worker has it.
+    assert found == {"0.32": "b" * 32, "5.12": "c" * 32}
+    # Exemplars aside, one worker's OpenMetrics comes back as it was.
+    quiet = Telemetry(settings)
+    quiet.record_generation(
+        provider="openai",
+        model="gpt",
+        status=200,
+        duration_s=0.3,
+        ttft_s=None,
+        usage=None,
+        tool_calls=[],
+    )
+    text = quiet.exposition(OPENMETRICS)[0]
+    assert choose_encoder(OPENMETRICS)[0](Merged([text.decode()], openmetrics=True)) == text
+
+
+async def test_workers_metrics_carry_exemplars_of_exported_traces(
+    nursery: trio.Nursery, mock: MockUpstream, tmp_path: Path
+) -> None:
+    from .otlp_receiver import OtlpReceiver
+
+    collector = OtlpReceiver()
+    collector.port = await nursery.start(collector.serve)
+    env = {
+        **os.environ,
+        **upstream_env(mock, TELEMETRY_ENABLED="true", TELEMETRY_TRACING_ENABLED="true"),
+        "TELEMETRY_TRACING_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.port}",
+        "OTEL_BSP_SCHEDULE_DELAY": "20",
+        "SERVER_PORT": "0",
+        "TELEMETRY_METRICS_PORT": "0",
+        "LOG_LEVEL": "WARNING",
+        "TMPDIR": str(tmp_path),
+    }
+    out: list[bytes] = []
+    pids: list[int] = []
+    async with supervisor(env, pids) as proc:
+        port = await serving(proc, out, pids)
+        (metrics,) = await read_until(proc, out, rb"metrics on http://127\.0\.0\.1:(\d+)/metrics")
+        for _ in range(4):
+            assert (await request(port, "POST", "/v1/chat/completions", CHAT)).status == 200
+        with trio.fail_after(10):
+            while True:
+                resp = await request(
+                    int(metrics.group(1)), "GET", "/metrics", headers=[("accept", OPENMETRICS)]
+                )
+                shown = {
+                    s.exemplar.labels["trace_id"]
+                    for f in openmetrics_families(resp.body.decode())
+                    for s in f.samples
+                    if s.exemplar is not None
+                }
+                if shown & {s.trace_id for s in collector.spans}:
+                    break
+                await trio.sleep(0.05)
 
 
 def listening_inodes(port: int) -> set[str]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 import trio
@@ -36,6 +37,9 @@ from edgegw.local.sglang import (
 )
 from edgegw.relay import Exchanges, send_traced
 from edgegw.upstream import Response
+
+if TYPE_CHECKING:
+    from edgegw.telemetry.tracing import Completion
 
 log = logging.getLogger("edgegw.local")
 
@@ -136,7 +140,13 @@ async def serve(
             try:
                 if stream:
                     finished = await _stream(
-                        writer, outcome, resp, normalizer, timeouts.inter_chunk_s, opened.first
+                        writer,
+                        outcome,
+                        resp,
+                        normalizer,
+                        timeouts.inter_chunk_s,
+                        opened.first,
+                        None if call.trace is None else call.trace.completion,
                     )
                 else:
                     payload = await resp.read(exchanges.max_response_bytes)
@@ -161,7 +171,10 @@ async def serve(
                 for c in answer.get("choices") or ()
                 if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
             ]
-            await call.respond_json(200, orjson.dumps(answer), extra)
+            payload = orjson.dumps(answer)
+            if call.trace is not None and call.trace.completion is not None:
+                call.trace.completion.answer(payload)
+            await call.respond_json(200, payload, extra)
             outcome.first_chunk_at = trio.current_time()
             finished = True
         else:
@@ -282,10 +295,12 @@ async def _stream(
     normalizer: ChatStream,
     inter_chunk_s: float,
     first: bytes,
+    completion: Completion | None = None,
 ) -> bool:
     """Relay one worker stream in the SIE shape, starting with the `first` piece already
     read; True when it ended cleanly. While the worker is silent, a keep-alive comment
-    goes out every KEEPALIVE_S, until inter_chunk_s of silence fails the stream."""
+    goes out every KEEPALIVE_S, until inter_chunk_s of silence fails the stream.
+    `completion` (TELEMETRY_TRACING_CONTENT) is fed the events the client gets."""
     splitter = SseSplitter()
     await writer.start()
     pending = first
@@ -303,14 +318,20 @@ async def _stream(
                     out += normalizer.close()
                     outcome.usage = normalizer.usage
                     outcome.tool_calls = normalizer.tool_names
+                    outcome.finish_reasons = normalizer.finish_reasons
                     await writer.close(b"".join(out))
                     return True
-                out += normalizer.feed(event.data)
+                produced = normalizer.feed(event.data)
+                if completion is not None:
+                    for piece in produced:
+                        completion.delta(piece[6:-2])  # ChatStream's: b"data: <json>\n\n"
+                out += produced
             if out:
                 await writer.write(b"".join(out))
         raise WorkerFailure("transport_failure", "the worker stream ended without [DONE]")
     except WorkerFailure as e:
         outcome.tool_calls = normalizer.tool_names
+        outcome.finish_reasons = normalizer.finish_reasons
         await writer.fail(e.code, str(e))
     except (GatewayError, UpstreamProtocolError) as e:
         await writer.fail(e.code, e.message if isinstance(e, GatewayError) else str(e))

@@ -208,6 +208,7 @@ class ChatStream:
         self.worker_ids: set[str] = set()
         # Names of the tools the model called (streamed calls name the function once).
         self.tool_names: list[str] = []
+        self.finish_reasons: list[str] = []  # as the client got them, in finishing order
 
     def _event(self, choices: list[dict[str, Any]], usage: dict[str, Any] | None = None) -> bytes:
         return b"data: " + orjson.dumps(self._doc(choices, usage)) + b"\n\n"
@@ -310,7 +311,7 @@ class ChatStream:
             reason = ch.get("finish_reason")
             if reason:
                 self.finished.add(i)
-                mapped = _finish(reason, i in self.tool_call)
+                self.finish_reasons.append(mapped := _finish(reason, i in self.tool_call))
                 if self.completions:
                     out.append(self._event([{"index": i, "text": "", "finish_reason": mapped}]))
                 else:

@@ -87,7 +87,7 @@ async def proxy(gw: Gateway, call: Call) -> None:
     sent = {k for k, _ in client}
     headers = [*client, *((k, v) for k, v in target.auth if k not in sent)]
     headers.append((b"x-request-id", call.request_id.encode()))
-    span = None
+    span = on_connect = None
     if call.trace is not None:
         span = call.trace.start(
             f"{call.method} {path.decode('latin-1')}",
@@ -95,6 +95,7 @@ async def proxy(gw: Gateway, call: Call) -> None:
             attributes={"server.address": target.origin.host, "server.port": target.origin.port},
         )
         headers += call.trace.upstream_headers(span)
+        on_connect = call.trace.on_connect(span, target.origin.host, target.origin.port)
     else:
         headers += call.trace_context
     limit = gw.settings.max_body_bytes
@@ -120,6 +121,7 @@ async def proxy(gw: Gateway, call: Call) -> None:
                 headers,
                 next_chunk,
                 content_length,
+                on_connect,
             )
     except BaseException as e:
         if span is not None and call.trace is not None:

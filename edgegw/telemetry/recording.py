@@ -251,8 +251,9 @@ class Telemetry:
             log.info("metrics on http://%s:%d/metrics", host, self.metrics_port)
             task_status.started(self.metrics_port)
 
-    async def _snapshot(self) -> Snapshot:
-        """The instruments as they are now, to render in a worker thread."""
+    async def _snapshot(self, openmetrics: bool = False) -> Snapshot:
+        """The instruments as they are now, to render in a worker thread (in either format:
+        `openmetrics` changes nothing one process collects)."""
         self._count_drops()
         families: list[Any] = [*self.instruments.values(), *self.routing.families()]
         if self._dropped is not None:

@@ -30,9 +30,12 @@ once a minute.
 
 Per request (`RequestTrace`): one SERVER span, continued from the client's `traceparent`/
 `tracestate`; children for authentication, parsing, the routing decision, each upstream
-attempt (CLIENT, its `traceparent` sent upstream), MCP tool executions. Routing code (model
+attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
+connection), MCP tool executions. Routing code (model
 aliases, failover) records its attempts with `RequestTrace.span("route.attempt", ...)`.
-No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true.
+No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true: then
+the request body is the server span's `gen_ai.user.message` event and each choice of the
+answer a `gen_ai.choice` event (`Completion`, fed by the relays).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import trio
 
 from edgegw._core import TraceRecord
@@ -51,6 +55,7 @@ from edgegw.telemetry.spanqueue import SpanQueue
 if TYPE_CHECKING:
     from edgegw.settings import Settings
     from edgegw.telemetry.otelsdk import Pipeline
+    from edgegw.upstream import OnConnect
 
 log = logging.getLogger("edgegw.tracing")
 
@@ -86,13 +91,15 @@ class Span:
         parent_id: int | None,
         kind: int,
         attributes: dict[str, Any] | None,
+        start_ns: int | None = None,
     ) -> None:
         self.record = record = trace.record
         self.pipeline = trace.tracing.pipeline
         self.span_id = span_id = getrandbits(64) or 1
         self.index = record.start(
-            name, span_id, parent_id, kind == SERVER, kind, time.time_ns(), attributes
-        )
+            name, span_id, parent_id, kind == SERVER, kind,
+            time.time_ns() if start_ns is None else start_ns, attributes,
+        )  # fmt: skip
         self.error = False
         self.ended = False
 
@@ -203,7 +210,7 @@ _USAGE_KEYS = (
 class RequestTrace:
     """One request's spans: the server span and the hooks its children are made with."""
 
-    __slots__ = ("tracing", "id", "state", "server", "record")
+    __slots__ = ("tracing", "id", "state", "server", "record", "completion")
 
     def __init__(self, tracing: Tracing, trace_id: int, state: str) -> None:
         self.tracing = tracing
@@ -213,6 +220,8 @@ class RequestTrace:
         self.server: Span
         # The spans themselves (`Span` is a handle on one).
         self.record = TraceRecord(trace_id, state)
+        # The answer's text, fed by the relays; None unless TELEMETRY_TRACING_CONTENT.
+        self.completion = Completion() if tracing.content else None
 
     @property
     def trace_id(self) -> str:
@@ -226,6 +235,26 @@ class RequestTrace:
             self, name, self.server.span_id, CLIENT if client else INTERNAL,
             None if attributes is None else dict(attributes),
         )  # fmt: skip
+
+    def on_connect(self, attempt: Span, host: str, port: int) -> OnConnect:
+        """`UpstreamPool.send`'s hook for one upstream attempt: each connection it opens
+        is a `connect` child of `attempt` (TCP connect and TLS handshake), failed with the
+        connect's error; a kept-alive connection makes none."""
+
+        def connected(started_ns: int, error: BaseException | None) -> None:
+            span = Span(
+                self,
+                "connect",
+                attempt.span_id,
+                INTERNAL,
+                {"server.address": host, "server.port": port},
+                started_ns,
+            )
+            if error is not None:
+                self.fail(span, error)
+            span.end()
+
+        return connected
 
     def span(self, name: str, **attributes: Any) -> SpanScope:
         """A child span around a block (`with trace.span(...) as span:`); an exception
@@ -257,7 +286,8 @@ class RequestTrace:
         finish_reasons: Sequence[str],
         ttft_s: float | None,
     ) -> None:
-        """The GenAI semantic-convention attributes of a chat or completions request."""
+        """The GenAI semantic-convention attributes of a chat or completions request, and
+        with TELEMETRY_TRACING_CONTENT its answer's `gen_ai.choice` events."""
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "gen_ai.provider.name": provider,
@@ -278,6 +308,8 @@ class RequestTrace:
         if ttft_s is not None:
             attrs["gen_ai.server.time_to_first_token"] = ttft_s
         self.server.set_attributes(attrs)
+        if self.completion is not None:
+            self.completion.record(self.server)
 
     def fail(self, span: Span, e: BaseException | str) -> None:
         code = (
@@ -299,6 +331,57 @@ class RequestTrace:
         """A prompt or completion as a span event, only with TELEMETRY_TRACING_CONTENT."""
         if self.tracing.content:
             span.add_event(event, {"gen_ai.content": text[:MAX_CONTENT_CHARS]})
+
+
+class Completion:
+    """TELEMETRY_TRACING_CONTENT: an answer's text per choice as the client got it (a whole
+    answer's messages, a stream's deltas joined), at most MAX_CONTENT_CHARS a choice, and
+    its finish_reason; `record` makes them one `gen_ai.choice` event a choice."""
+
+    __slots__ = ("texts", "sizes", "reasons")
+
+    def __init__(self) -> None:
+        # By choice index: the text's pieces, their length, the finish_reason.
+        self.texts: dict[int, list[str]] = {}
+        self.sizes: dict[int, int] = {}
+        self.reasons: dict[int, str] = {}
+
+    def answer(self, data: bytes) -> None:
+        """A whole answer's JSON: its choices' `message.content` (or `text`)."""
+        self._choices(data, "message")
+
+    def delta(self, data: bytes) -> None:
+        """A stream event's JSON: its choices' `delta.content` (or `text`)."""
+        self._choices(data, "delta")
+
+    def _choices(self, data: bytes, part: str) -> None:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return  # `[DONE]`, or nothing the client could read either
+        if not isinstance(doc, dict):
+            return
+        for choice in doc.get("choices") or ():
+            i = choice.get("index", 0) if isinstance(choice, dict) else None
+            if type(i) is not int or (i not in self.texts and len(self.texts) >= MAX_EVENTS):
+                continue
+            pieces = self.texts.setdefault(i, [])
+            message = choice.get(part)
+            text = message.get("content") if isinstance(message, dict) else choice.get("text")
+            size = self.sizes.get(i, 0)
+            if isinstance(text, str) and text and size < MAX_CONTENT_CHARS:
+                pieces.append(text[: MAX_CONTENT_CHARS - size])
+                self.sizes[i] = size + len(pieces[-1])
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                self.reasons[i] = clip(reason)
+
+    def record(self, span: Span) -> None:
+        for i in sorted(self.texts):
+            attrs: dict[str, Any] = {"index": i, "gen_ai.content": "".join(self.texts[i])}
+            if i in self.reasons:
+                attrs["finish_reason"] = self.reasons[i]
+            span.add_event("gen_ai.choice", attrs)
 
 
 class SpanScope:
