@@ -94,6 +94,27 @@ def tracing_env(endpoint: str, **extra: str) -> dict[str, str]:
     }
 
 
+async def traced_local(
+    nursery: trio.Nursery,
+    collector: OtlpReceiver,
+    tmp_path: Path,
+    tokens: int,
+    path: str = "",
+    **env: str,
+) -> tuple[FakeSGLang, Gateway]:
+    """A fake SGLang worker of `tokens` words and a gateway serving its one local model,
+    tracing to `collector` (at `path`: "" for the path-less endpoint)."""
+    worker = FakeSGLang(Script(tokens=tokens))
+    await nursery.start(worker.serve)
+    gw = await local_gateway(
+        nursery,
+        tmp_path,
+        profile_yaml([(worker.port, "default", None)]),
+        tracing_env(f"http://127.0.0.1:{collector.port}{path}", **env),
+    )
+    return worker, gw
+
+
 async def traced_gateway(
     nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, scheme: str = "http"
 ) -> Gateway:
@@ -285,13 +306,8 @@ async def test_content_off_puts_no_text_in_any_span(
 async def test_content_on_records_a_local_streams_text_as_the_client_got_it(
     nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
 ) -> None:
-    worker = FakeSGLang(Script(tokens=5))
-    await nursery.start(worker.serve)
-    gw = await local_gateway(
-        nursery,
-        tmp_path,
-        profile_yaml([(worker.port, "default", None)]),
-        tracing_env(f"http://127.0.0.1:{collector.port}", TELEMETRY_TRACING_CONTENT="true"),
+    worker, gw = await traced_local(
+        nursery, collector, tmp_path, 5, TELEMETRY_TRACING_CONTENT="true"
     )
     body = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}], "stream": True}
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(body))
@@ -315,14 +331,7 @@ async def test_content_on_records_a_local_streams_text_as_the_client_got_it(
 async def test_local_request_span_tree(
     nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
 ) -> None:
-    worker = FakeSGLang(Script(tokens=3))
-    await nursery.start(worker.serve)
-    gw = await local_gateway(
-        nursery,
-        tmp_path,
-        profile_yaml([(worker.port, "default", None)]),
-        tracing_env(f"http://127.0.0.1:{collector.port}/v1/traces"),
-    )
+    worker, gw = await traced_local(nursery, collector, tmp_path, 3, path="/v1/traces")
     body = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]}
     resp = await request(
         gw.port, "POST", "/v1/chat/completions", orjson.dumps(body), [("traceparent", TRACEPARENT)]
@@ -345,14 +354,7 @@ async def test_local_request_span_tree(
 async def test_a_local_stream_records_its_finish_reasons(
     nursery: trio.Nursery, collector: OtlpReceiver, tmp_path: Path
 ) -> None:
-    worker = FakeSGLang(Script(tokens=3))
-    await nursery.start(worker.serve)
-    gw = await local_gateway(
-        nursery,
-        tmp_path,
-        profile_yaml([(worker.port, "default", None)]),
-        tracing_env(f"http://127.0.0.1:{collector.port}"),
-    )
+    worker, gw = await traced_local(nursery, collector, tmp_path, 3)
     body = {
         "model": "qwen3-8b",
         "messages": [{"role": "user", "content": "hi"}],
