@@ -38,12 +38,9 @@ Cells, per round every target in a new random order, medians over ``--rounds``:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
-import subprocess
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -187,28 +184,20 @@ class Rig:
         pid = self.pid[name, kind]
         meter = llm.Meter.of_pid(pid, name)
         rss_before = rss_bytes(pid)
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(
-                [str(self.binary), *args], stdout=subprocess.PIPE, stderr=err, text=True,
-                preexec_fn=_on_core_a,
-            )  # fmt: skip
-            result, cpu, t, sampler = None, [0.0, 0.0], [0.0, 0.0], None
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("phase run"):
-                    cpu[0], t[0] = meter.cpu_s(), time.monotonic()
-                    if rss:
-                        sampler = RssSampler(pid, 0.2).__enter__()
-                elif line.startswith("phase done"):
-                    cpu[1], t[1] = meter.cpu_s(), time.monotonic()
-                    if sampler is not None:
-                        sampler.__exit__()
-                elif line.startswith("{"):
-                    result = json.loads(line)
-            proc.wait(timeout=120)
-            if proc.returncode or result is None:
-                err.seek(0)
-                raise RuntimeError(f"gopeer {args[0]} failed: {err.read().decode()[-2000:]}")
+        cpu, t, sampler = [0.0, 0.0], [0.0, 0.0], None
+
+        def on_phase(phase: str) -> None:
+            nonlocal sampler
+            if phase == "run":
+                cpu[0], t[0] = meter.cpu_s(), time.monotonic()
+                if rss:
+                    sampler = RssSampler(pid, 0.2).__enter__()
+            elif phase == "done":
+                cpu[1], t[1] = meter.cpu_s(), time.monotonic()
+                if sampler is not None:
+                    sampler.__exit__()
+
+        result = gopeer.run(self.binary, args, on_phase, _on_core_a)
         result["server_cpu_s"] = round(cpu[1] - cpu[0], 4)
         result["server_busy_cores"] = round((cpu[1] - cpu[0]) / max(1e-9, t[1] - t[0]), 3)
         if sampler is not None and sampler.samples:

@@ -9,10 +9,12 @@ the same sources return the cached binary. Nothing in the gateway or its tests n
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent / "gopeer"
@@ -55,6 +57,35 @@ def build() -> Path:
     )
     partial.replace(out)  # atomic: a concurrent build leaves one whole binary
     return out
+
+
+def run(
+    binary: Path,
+    args: list[str],
+    on_phase: Callable[[str], None],
+    preexec: Callable[[], None] | None = None,
+    timeout_s: float = 120,
+) -> dict:
+    """Run one generator (`gopeer load|streams ...`): `on_phase("run")` / `on_phase("done")`
+    as it prints the start and the end of its measured phase; its JSON result. A failure
+    raises with the end of its standard error."""
+    result = None
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [str(binary), *args], stdout=subprocess.PIPE, stderr=err, text=True,
+            preexec_fn=preexec,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("phase "):
+                on_phase(line.split()[1])
+            elif line.startswith("{"):
+                result = json.loads(line)
+        proc.wait(timeout=timeout_s)
+        if proc.returncode or result is None:
+            err.seek(0)
+            raise RuntimeError(f"gopeer {args[0]} failed: {err.read().decode()[-2000:]}")
+    return result
 
 
 if __name__ == "__main__":

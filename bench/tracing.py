@@ -27,11 +27,9 @@ range are the figure quoted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
-import subprocess
 import tempfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -104,32 +102,19 @@ def go_load(
     """bench/gopeer's closed loop (on core 0) against the gateway: (the server's CPU seconds
     over the measured phase, answers, req/s)."""
     meter = Meter.of_pid(pid, "edgegw")
-    args = [str(binary), "load", "--port", str(port), "--path", "/v1/chat/completions",
+    args = ["load", "--port", str(port), "--path", "/v1/chat/completions",
             "--body-file", str(body), "--connections", str(connections),
             "--seconds", str(seconds), "--warmup-s", str(warmup_s)]  # fmt: skip
     for h in headers:
         args += ["--header", h]
-    cpu = [0.0, 0.0]
-    result = None
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=err, text=True,
-            preexec_fn=lambda: os.sched_setaffinity(0, {CORE_A}),
-        )  # fmt: skip
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if line.startswith("phase run"):
-                cpu[0] = meter.cpu_s()
-            elif line.startswith("phase done"):
-                cpu[1] = meter.cpu_s()
-            elif line.startswith("{"):
-                result = json.loads(line)
-        proc.wait(timeout=120)
-        if proc.returncode or result is None:
-            err.seek(0)
-            raise RuntimeError(f"gopeer load failed: {err.read().decode()[-2000:]}")
+    cpu = {"run": 0.0, "done": 0.0}
+
+    def on_phase(phase: str) -> None:
+        cpu[phase] = meter.cpu_s()
+
+    result = gopeer.run(binary, args, on_phase, lambda: os.sched_setaffinity(0, {CORE_A}))
     assert result["errors"] == 0, result["errors_by_kind"]
-    return cpu[1] - cpu[0], result["ok"], result["rps"]
+    return cpu["done"] - cpu["run"], result["ok"], result["rps"]
 
 
 def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
