@@ -78,7 +78,8 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     else:
         with trace.span("parse"):
             req = parse(body)
-        trace.content(trace.server, "gen_ai.user.message", body.decode("utf-8", "replace"))
+        if trace.completion is not None:  # TELEMETRY_TRACING_CONTENT
+            trace.content(trace.server, "gen_ai.user.message", body.decode("utf-8", "replace"))
     call.note.model = req.model
     started = trio.current_time()
     provider = "unknown"
