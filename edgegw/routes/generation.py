@@ -78,8 +78,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     else:
         with trace.span("parse"):
             req = parse(body)
-        if trace.completion is not None:  # TELEMETRY_TRACING_CONTENT
-            trace.content(trace.server, "gen_ai.user.message", body.decode("utf-8", "replace"))
+        trace.content(trace.server, "gen_ai.user.message", body)
     call.note.model = req.model
     started = trio.current_time()
     provider = "unknown"

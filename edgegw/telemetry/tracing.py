@@ -327,9 +327,12 @@ class RequestTrace:
             out.append((b"tracestate", self.state.encode()))
         return out
 
-    def content(self, span: Span, event: str, text: str) -> None:
-        """A prompt or completion as a span event, only with TELEMETRY_TRACING_CONTENT."""
+    def content(self, span: Span, event: str, text: str | bytes) -> None:
+        """A prompt or completion as a span event, only with TELEMETRY_TRACING_CONTENT
+        (bytes are decoded only then)."""
         if self.tracing.content:
+            if isinstance(text, bytes):
+                text = text.decode("utf-8", "replace")
             span.add_event(event, {"gen_ai.content": text[:MAX_CONTENT_CHARS]})
 
 
