@@ -27,14 +27,11 @@ def one_request(tracing: Tracing) -> None:
         pass
     with trace.span("route", **{"gen_ai.request.model": "openai/gpt-4o-mini"}) as span:
         span.set_attribute("edgegw.route.target", "openai")
-    attempt = trace.start(
-        "POST /v1/chat/completions",
-        client=True,
-        attributes={"server.address": "127.0.0.1", "server.port": 9000},
-    )
+        span.set_attribute("edgegw.route.named_profile", False)
+    attempt = trace.attempt(b"POST", b"/v1/chat/completions", "127.0.0.1", 9000)
     trace.upstream_headers(attempt)
-    attempt.set_attribute("http.response.status_code", 200)
-    attempt.end()
+    trace.on_connect(attempt, "127.0.0.1", 9000)
+    trace.attempt_done(attempt, 200, False)
     trace.generation(
         operation="chat",
         provider="openai",

@@ -347,17 +347,7 @@ async def send_traced(
         if call.trace_context:
             sent += call.trace_context
         return await pool.send(origin, method, target, sent, body)
-    path = target.partition(b"?")[0].decode("latin-1")
-    span = trace.start(
-        f"{method.decode()} {path}",
-        client=True,
-        attributes={
-            "http.request.method": method.decode(),
-            "server.address": origin.host,
-            "server.port": origin.port,
-            "url.path": path,
-        },
-    )
+    span = trace.attempt(method, target, origin.host, origin.port)
     sent += trace.upstream_headers(span)
     opened = pool.open_connections
     try:
@@ -365,15 +355,10 @@ async def send_traced(
             origin, method, target, sent, body, trace.on_connect(span, origin.host, origin.port)
         )
     except BaseException as e:
-        trace.fail(span, e)
+        span.fail(e)
         span.end()
         raise
-    span.set_attribute("http.response.status_code", resp.status)
-    # A new connection's time includes its connect (and TLS handshake).
-    span.set_attribute("edgegw.upstream.new_connection", pool.open_connections > opened)
-    if resp.status >= 500:
-        trace.fail(span, str(resp.status))
-    span.end()
+    trace.attempt_done(span, resp.status, pool.open_connections > opened)
     return resp
 
 

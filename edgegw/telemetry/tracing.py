@@ -78,47 +78,53 @@ INTERNAL, SERVER, CLIENT = 1, 2, 3
 
 class Span:
     """A handle on one span being recorded: its index in the trace's `TraceRecord`, where
-    its attributes, events and times are kept (no Python object holds them). It holds the
-    record, not its `RequestTrace` (which holds the server span): no reference cycle, so a
-    request's trace is freed when it ends, not by the cyclic collector."""
+    its id, attributes, events and times are kept (no Python object holds them). It holds
+    the record, not its `RequestTrace` (which holds the server span): no reference cycle, so
+    a request's trace is freed when it ends, not by the cyclic collector. As a context
+    manager (`RequestTrace.span`) it ends when its block does, failed by an exception
+    leaving it: a class, not `@contextmanager` (whose generator cost ~10 µs a span under
+    load; py-spy, bench/README.md)."""
 
-    __slots__ = ("record", "pipeline", "index", "span_id", "error", "ended")
+    __slots__ = ("record", "pipeline", "index")
 
-    def __init__(
-        self,
-        trace: RequestTrace,
-        name: str,
-        parent_id: int | None,
-        kind: int,
-        attributes: dict[str, Any] | None,
-        start_ns: int | None = None,
-    ) -> None:
-        self.record = record = trace.record
-        self.pipeline = trace.tracing.pipeline
-        self.span_id = span_id = getrandbits(64) or 1
-        self.index = record.start(
-            name, span_id, parent_id, kind == SERVER, kind,
-            time.time_ns() if start_ns is None else start_ns, attributes,
-        )  # fmt: skip
-        self.error = False
-        self.ended = False
+    def __init__(self, record: TraceRecord, pipeline: Pipeline, index: int) -> None:
+        self.record = record
+        self.pipeline = pipeline
+        self.index = index
+
+    @property
+    def span_id(self) -> int:
+        return self.record.span_id(self.index)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.record.set(self.index, key, value)
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
-        self.record.update(self.index, dict(attributes))
+        self.record.update(self.index, attributes if type(attributes) is dict else dict(attributes))
 
     def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
         self.record.event(self.index, name, dict(attributes or {}), time.time_ns(), MAX_EVENTS)
 
+    def fail(self, e: BaseException | str) -> None:
+        """Failed: `error.type` names `e` (a code, or the exception's code or class)."""
+        self.record.fail(self.index, error_type(e))
+
     def end(self) -> None:
-        """Ended: kept with the trace's, which are exported together when the server span
-        (the record's first) ends; a span ending after it is exported at once."""
-        if not self.ended:
-            self.ended = True
-            if self.record.end(self.index, time.time_ns(), self.error):
-                self.pipeline.export(*self.record.take_ended())
+        """Ended (once): kept with the trace's, which are exported together when the server
+        span (the record's first) ends; a span ending after it is exported at once."""
+        self.exported(self.record.close(self.index))
+
+    def exported(self, ended: tuple[bytes, int] | None) -> None:
+        if ended is not None:
+            self.pipeline.export(*ended)
+
+    def __enter__(self) -> Span:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
+        if e is not None:
+            self.fail(e)
+        self.end()
 
 
 class Tracing:
@@ -133,6 +139,12 @@ class Tracing:
         self.pipeline: Pipeline = Pipeline(
             settings.tracing_endpoint, version, self.queue, EXPORT_TIMEOUT_S, EXPORT_BATCH_SPANS
         )
+        # OTEL_TRACES_SAMPLER, read once (`sampled`): whether a client's sampled flag
+        # decides, and for a root the sampler it falls back to.
+        sampler = settings.tracing_sampler
+        self._parent_based = sampler.startswith("parentbased_")
+        self._root = sampler.removeprefix("parentbased_")
+        self._bound = round(settings.tracing_sampler_ratio * 2**64)
 
     def start_request(
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
@@ -149,15 +161,7 @@ class Tracing:
             trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.state
         if not self.sampled(trace_id, None if parent is None else parent.sampled):
             return None
-        trace = RequestTrace(self, trace_id, state)
-        trace.server = Span(
-            trace,
-            f"{method} {path}",
-            parent_id,
-            SERVER,
-            {"http.request.method": method, "url.path": path, "edgegw.request_id": request_id},
-        )
-        return trace
+        return RequestTrace(self, trace_id, state, parent_id, (method, path, request_id))
 
     def passed_on(self, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         """For a request not sampled: the client's trace context as it goes upstream
@@ -176,16 +180,14 @@ class Tracing:
         """OTEL_TRACES_SAMPLER's decision (the SDK's rules): `parentbased_*` follows a
         client's sampled flag; `traceidratio` keeps the traces whose low 64 trace-id bits are
         below ratio x 2^64, so every process decides the same for one trace."""
-        sampler = self.settings.tracing_sampler
-        if parent_sampled is not None and sampler.startswith("parentbased_"):
+        if parent_sampled is not None and self._parent_based:
             return parent_sampled
-        base = sampler.removeprefix("parentbased_")
-        if base == "always_on":
+        root = self._root
+        if root == "always_on":
             return True
-        if base == "always_off":
+        if root == "always_off":
             return False
-        bound = round(self.settings.tracing_sampler_ratio * 2**64)
-        return (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < bound
+        return (trace_id & 0xFFFF_FFFF_FFFF_FFFF) < self._bound
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The export task: batches leave on their schedule until cancelled."""
@@ -200,26 +202,31 @@ class Tracing:
         await self.pipeline.aclose()
 
 
-# (attribute, the usage member that gives it, the member read when the first is absent)
-_USAGE_KEYS = (
-    ("gen_ai.usage.input_tokens", "prompt_tokens", "input_tokens"),
-    ("gen_ai.usage.output_tokens", "completion_tokens", "output_tokens"),
-)
-
-
 class RequestTrace:
-    """One request's spans: the server span and the hooks its children are made with."""
+    """One request's spans: the server span and the hooks its children are made with. Each
+    hook is one call into the record where it can be (bench/README.md: the Python calls of
+    the hooks, not the recording, were most of what tracing cost a request)."""
 
     __slots__ = ("tracing", "id", "state", "server", "record", "completion")
 
-    def __init__(self, tracing: Tracing, trace_id: int, state: str) -> None:
+    def __init__(
+        self,
+        tracing: Tracing,
+        trace_id: int,
+        state: str,
+        parent_id: int | None,
+        head: tuple[str, str, str],
+    ) -> None:
         self.tracing = tracing
         self.id = trace_id
         # The client's `tracestate`, passed on as it came.
         self.state = state
-        self.server: Span
-        # The spans themselves (`Span` is a handle on one).
-        self.record = TraceRecord(trace_id, state)
+        # The spans themselves (`Span` is a handle on one); the server span's index is 0.
+        self.record = record = TraceRecord(trace_id, state, getrandbits(64))
+        method, path, request_id = head
+        self.server = Span(
+            record, tracing.pipeline, record.open_server(method, path, request_id, parent_id)
+        )
         # The answer's text, fed by the relays; None unless TELEMETRY_TRACING_CONTENT.
         self.completion = Completion() if tracing.content else None
 
@@ -231,49 +238,45 @@ class RequestTrace:
         self, name: str, *, client: bool = False, attributes: Mapping[str, Any] | None = None
     ) -> Span:
         """A child of the server span, ended by the caller (`span.end()`)."""
-        return Span(
-            self, name, self.server.span_id, CLIENT if client else INTERNAL,
-            None if attributes is None else dict(attributes),
-        )  # fmt: skip
+        attrs = None if attributes is None else dict(attributes)
+        index = self.record.open(name, 0, CLIENT if client else INTERNAL, attrs)
+        return Span(self.record, self.tracing.pipeline, index)
+
+    def span(self, name: str, **attributes: Any) -> Span:
+        """A child span around a block (`with trace.span(...) as span:`); an exception
+        leaving it marks it failed. The hook for parsing, routing decisions and attempts
+        (`route.attempt`, with `gen_ai.provider.name`, `gen_ai.request.model`,
+        `edgegw.route.reason`), guardrails and capacity checks."""
+        index = self.record.open(name, 0, INTERNAL, attributes or None)
+        return Span(self.record, self.tracing.pipeline, index)
+
+    def attempt(self, method: bytes, target: bytes, host: str, port: int) -> Span:
+        """An upstream attempt: a CLIENT span `{method} {path}` with the method, the
+        server's address and port and the path, ended by `attempt_done` (or failed)."""
+        index = self.record.open_attempt(method, target, host, port)
+        return Span(self.record, self.tracing.pipeline, index)
+
+    def attempt_done(self, span: Span, status: int, new_connection: bool) -> None:
+        """The attempt's response head came: its status (5xx: failed) and whether it opened
+        its connection (a new connection's time includes its connect and TLS handshake)."""
+        span.exported(self.record.close_attempt(span.index, status, new_connection))
 
     def on_connect(self, attempt: Span, host: str, port: int) -> OnConnect:
         """`UpstreamPool.send`'s hook for one upstream attempt: each connection it opens
         is a `connect` child of `attempt` (TCP connect and TLS handshake), failed with the
         connect's error; a kept-alive connection makes none."""
+        record, index = self.record, attempt.index
 
         def connected(started_ns: int, error: BaseException | None) -> None:
-            span = Span(
-                self,
-                "connect",
-                attempt.span_id,
-                INTERNAL,
-                {"server.address": host, "server.port": port},
-                started_ns,
-            )
-            if error is not None:
-                self.fail(span, error)
-            span.end()
+            code = None if error is None else error_type(error)
+            attempt.exported(record.connect(index, started_ns, host, port, code))
 
         return connected
 
-    def span(self, name: str, **attributes: Any) -> SpanScope:
-        """A child span around a block (`with trace.span(...) as span:`); an exception
-        leaving it marks it failed. The hook for routing decisions and attempts
-        (`route.attempt`, with `gen_ai.provider.name`, `gen_ai.request.model`,
-        `edgegw.route.reason`), guardrails and capacity checks."""
-        return SpanScope(self, self.start(name, attributes=attributes or None))
-
     def finish(self, status: int | None, error: str | None) -> None:
         """End the server span with the answer's status (None: none was sent) and the
-        error code that ended the request, if any."""
-        span = self.server
-        if status is not None:
-            span.set_attribute("http.response.status_code", status)
-        if error is not None:
-            span.set_attribute("error.type", error)
-        if error is not None or status is None or status >= 500:
-            span.error = True
-        span.end()
+        error code that ended the request, if any (a 5xx, no answer or an error: failed)."""
+        self.server.exported(self.record.finish(status, error))
 
     def generation(
         self,
@@ -282,47 +285,26 @@ class RequestTrace:
         provider: str,
         model: str,
         response_model: str | None,
-        usage: Mapping[str, Any] | None,
+        usage: dict[str, Any] | None,
         finish_reasons: Sequence[str],
         ttft_s: float | None,
     ) -> None:
-        """The GenAI semantic-convention attributes of a chat or completions request, and
-        with TELEMETRY_TRACING_CONTENT its answer's `gen_ai.choice` events."""
-        attrs: dict[str, Any] = {
-            "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": provider,
-            "gen_ai.system": provider,  # the conventions' older name, still read by many
-            "gen_ai.request.model": clip(model),
-        }
-        if response_model:
-            attrs["gen_ai.response.model"] = clip(response_model)
-        if usage:
-            for key, first, other in _USAGE_KEYS:
-                n = usage.get(first)
-                if n is None:
-                    n = usage.get(other)
-                if type(n) is int:
-                    attrs[key] = n
-        if finish_reasons:
-            attrs["gen_ai.response.finish_reasons"] = [clip(r) for r in finish_reasons]
-        if ttft_s is not None:
-            attrs["gen_ai.server.time_to_first_token"] = ttft_s
-        self.server.set_attributes(attrs)
+        """The GenAI semantic-convention attributes of a chat or completions request
+        (`TraceRecord.generation`: operation, provider, models clipped, token usage by
+        OpenAI's or Anthropic's names, finish reasons, time to first token), and with
+        TELEMETRY_TRACING_CONTENT its answer's `gen_ai.choice` events."""
+        self.record.generation(
+            operation, provider, model, response_model, usage, finish_reasons, ttft_s
+        )
         if self.completion is not None:
             self.completion.record(self.server)
 
     def fail(self, span: Span, e: BaseException | str) -> None:
-        code = (
-            e
-            if isinstance(e, str)
-            else getattr(e, "code", None) or getattr(e, "reason", None) or type(e).__name__
-        )
-        span.set_attribute("error.type", str(code))
-        span.error = True
+        span.fail(e)
 
     def upstream_headers(self, span: Span) -> list[tuple[bytes, bytes]]:
         """`traceparent` (and `tracestate`) naming `span` as the parent, for the upstream."""
-        out = [(b"traceparent", b"00-%032x-%016x-01" % (self.id, span.span_id))]
+        out = [(b"traceparent", self.record.traceparent(span.index))]
         if self.state:
             out.append((b"tracestate", self.state.encode()))
         return out
@@ -334,6 +316,13 @@ class RequestTrace:
             if isinstance(text, bytes):
                 text = text.decode("utf-8", "replace")
             span.add_event(event, {"gen_ai.content": text[:MAX_CONTENT_CHARS]})
+
+
+def error_type(e: BaseException | str) -> str:
+    """A span's `error.type`: the code given, or an exception's code, reason or class."""
+    if isinstance(e, str):
+        return e
+    return str(getattr(e, "code", None) or getattr(e, "reason", None) or type(e).__name__)
 
 
 class Completion:
@@ -385,25 +374,6 @@ class Completion:
             if i in self.reasons:
                 attrs["finish_reason"] = self.reasons[i]
             span.add_event("gen_ai.choice", attrs)
-
-
-class SpanScope:
-    """`RequestTrace.span`'s context manager: a class, not `@contextmanager` (whose
-    generator cost ~10 µs a span under load, two spans a request; py-spy, bench/README.md)."""
-
-    __slots__ = ("trace", "span")
-
-    def __init__(self, trace: RequestTrace, span: Span) -> None:
-        self.trace = trace
-        self.span = span
-
-    def __enter__(self) -> Span:
-        return self.span
-
-    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
-        if e is not None:
-            self.trace.fail(self.span, e)
-        self.span.end()
 
 
 def clip(value: str) -> str:

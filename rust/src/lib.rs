@@ -895,9 +895,19 @@ mod trace_binding {
             .iter()
             .map(|e| e.cast_into::<PyBytes>().map_err(PyErr::from))
             .collect::<PyResult<Vec<_>>>()?;
-        let slices: Vec<&[u8]> = entries.iter().map(|b| b.as_bytes()).collect();
-        let data = otlp_trace::encode_batch(&resource, scope_name, scope_version, &slices);
-        Ok(PyBytes::new(py, &data))
+        let len = entries.iter().map(|b| b.as_bytes().len()).sum();
+        let head = otlp_trace::batch_head(&resource, scope_name, scope_version, len);
+        // Written once, straight into the bytes object (otlp_trace::batch_head).
+        PyBytes::new_with(py, head.len() + len, |out| {
+            out[..head.len()].copy_from_slice(&head);
+            let mut at = head.len();
+            for entry in &entries {
+                let b = entry.as_bytes();
+                out[at..at + b.len()].copy_from_slice(b);
+                at += b.len();
+            }
+            Ok(())
+        })
     }
 
     /// The protobuf `ExportTraceServiceRequest` of `spans` (tuples: name, (trace id, span
@@ -930,6 +940,8 @@ mod trace_binding {
     struct TraceRecord {
         trace_id: u128,
         trace_state: String,
+        /// The span ids of `open`: a bijection of (seed, index), so distinct in a record.
+        seed: u64,
         spans: Vec<Span>,
         /// Per span: ended, and whether its entry was taken.
         ended: Vec<bool>,
@@ -940,6 +952,11 @@ mod trace_binding {
         // A dict's semantics: a key set again keeps its place; a value the encoder drops
         // (`value` None) leaves the key out.
         let v = value(v)?;
+        set_value(attrs, key, v);
+        Ok(())
+    }
+
+    fn set_value(attrs: &mut Attributes, key: String, v: Option<Value>) {
         match (attrs.iter().position(|(k, _)| *k == key), v) {
             (Some(i), Some(v)) => attrs[i].1 = v,
             (Some(i), None) => {
@@ -948,8 +965,59 @@ mod trace_binding {
             (None, Some(v)) => attrs.push((key, v)),
             (None, None) => {}
         }
-        Ok(())
     }
+
+    fn set_str(attrs: &mut Attributes, key: &str, v: &str) {
+        set_value(attrs, key.to_owned(), Some(Value::Str(v.to_owned())));
+    }
+
+    /// An attribute value from a client (a model name): its first MAX_ATTRIBUTE_CHARS
+    /// characters (edgegw.telemetry.tracing.clip).
+    fn clip(s: &str) -> String {
+        const MAX_ATTRIBUTE_CHARS: usize = 256;
+        match s.char_indices().nth(MAX_ATTRIBUTE_CHARS) {
+            Some((end, _)) => s[..end].to_owned(),
+            None => s.to_owned(),
+        }
+    }
+
+    fn now_ns() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    }
+
+    /// splitmix64's finalizer over the seed's sequence: never 0 (an invalid span id).
+    fn mixed_id(seed: u64, k: u64) -> u64 {
+        let mut z = seed.wrapping_add(k.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        if z == 0 {
+            1
+        } else {
+            z
+        }
+    }
+
+    /// A usage member as the GenAI attribute takes it: an int (not a bool) in int64.
+    fn token_count(usage: &Bound<'_, PyDict>, first: &str, other: &str) -> PyResult<Option<i64>> {
+        let mut n = usage.get_item(first)?;
+        if n.as_ref().is_none_or(|v| v.is_none()) {
+            n = usage.get_item(other)?;
+        }
+        Ok(match n {
+            Some(v) if v.is_exact_instance_of::<PyInt>() => v.extract::<i64>().ok(),
+            _ => None,
+        })
+    }
+
+    // opentelemetry-proto's SpanKind.
+    const INTERNAL: i32 = 1;
+    const SERVER: i32 = 2;
+    const CLIENT: i32 = 3;
+
+    type Ended<'py> = Option<(Bound<'py, PyBytes>, usize)>;
 
     impl TraceRecord {
         fn at(&mut self, i: usize) -> PyResult<&mut Span> {
@@ -957,15 +1025,97 @@ mod trace_binding {
                 .get_mut(i)
                 .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("no such span"))
         }
+
+        #[allow(clippy::too_many_arguments)]
+        fn push(
+            &mut self,
+            name: String,
+            span_id: u64,
+            parent_id: Option<u64>,
+            remote_parent: bool,
+            kind: i32,
+            start_ns: u64,
+            attributes: Attributes,
+        ) -> usize {
+            self.spans.push(Span {
+                trace_id: self.trace_id,
+                span_id,
+                parent_id,
+                remote_parent,
+                trace_state: self.trace_state.clone(),
+                name,
+                kind,
+                start_unix_nano: start_ns,
+                end_unix_nano: start_ns,
+                attributes,
+                events: Vec::new(),
+                error: false,
+            });
+            self.ended.push(false);
+            self.taken.push(false);
+            self.spans.len() - 1
+        }
+
+        /// A child of span `parent`, its id from the seed.
+        fn child(
+            &mut self,
+            name: String,
+            parent: usize,
+            kind: i32,
+            start_ns: u64,
+            attributes: Attributes,
+        ) -> PyResult<usize> {
+            let parent_id = self.at(parent)?.span_id;
+            let id = mixed_id(self.seed, self.spans.len() as u64);
+            Ok(self.push(name, id, Some(parent_id), false, kind, start_ns, attributes))
+        }
+
+        fn mark_failed(&mut self, i: usize, code: &str) -> PyResult<()> {
+            let span = self.at(i)?;
+            set_str(&mut span.attributes, "error.type", code);
+            span.error = true;
+            Ok(())
+        }
+
+        fn entries<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
+            let mut out = Vec::with_capacity(512 * self.spans.len());
+            let mut n = 0;
+            for (i, span) in self.spans.iter().enumerate() {
+                if self.ended[i] && !self.taken[i] {
+                    self.taken[i] = true;
+                    out.extend_from_slice(&otlp_trace::encode_span_entry(span));
+                    n += 1;
+                }
+            }
+            (PyBytes::new(py, &out), n)
+        }
+
+        /// Ends span `i` now (once; a second call does nothing): the entries to export once
+        /// the server span has ended, else None.
+        fn close_at<'py>(&mut self, py: Python<'py>, i: usize) -> PyResult<Ended<'py>> {
+            if *self.ended.get(i).unwrap_or(&true) {
+                self.at(i)?;
+                return Ok(None);
+            }
+            self.spans[i].end_unix_nano = now_ns();
+            self.ended[i] = true;
+            Ok(if self.ended[0] {
+                Some(self.entries(py))
+            } else {
+                None
+            })
+        }
     }
 
     #[pymethods]
     impl TraceRecord {
         #[new]
-        fn new(trace_id: u128, trace_state: String) -> Self {
+        #[pyo3(signature = (trace_id, trace_state, seed=0))]
+        fn new(trace_id: u128, trace_state: String, seed: u64) -> Self {
             TraceRecord {
                 trace_id,
                 trace_state,
+                seed,
                 spans: Vec::with_capacity(4),
                 ended: Vec::with_capacity(4),
                 taken: Vec::with_capacity(4),
@@ -989,23 +1139,153 @@ mod trace_binding {
                 Some(a) => attributes(a)?,
                 None => Vec::new(),
             };
-            self.spans.push(Span {
-                trace_id: self.trace_id,
+            Ok(self.push(
+                name,
                 span_id,
                 parent_id,
                 remote_parent,
-                trace_state: self.trace_state.clone(),
-                name,
                 kind,
-                start_unix_nano: start_ns,
-                end_unix_nano: start_ns,
+                start_ns,
                 attributes,
-                events: Vec::new(),
-                error: false,
-            });
-            self.ended.push(false);
-            self.taken.push(false);
-            Ok(self.spans.len() - 1)
+            ))
+        }
+
+        /// The request's server span, now, continuing the client's span `parent_id` (a
+        /// remote parent) when there is one: `{method} {path}` with the request's method,
+        /// path and id. Its index is 0.
+        fn open_server(
+            &mut self,
+            method: &str,
+            path: &str,
+            request_id: &str,
+            parent_id: Option<u64>,
+        ) -> usize {
+            let attributes = vec![
+                (
+                    "http.request.method".to_owned(),
+                    Value::Str(method.to_owned()),
+                ),
+                ("url.path".to_owned(), Value::Str(path.to_owned())),
+                (
+                    "edgegw.request_id".to_owned(),
+                    Value::Str(request_id.to_owned()),
+                ),
+            ];
+            let id = mixed_id(self.seed, self.spans.len() as u64);
+            let remote = parent_id.is_some();
+            self.push(
+                format!("{method} {path}"),
+                id,
+                parent_id,
+                remote,
+                SERVER,
+                now_ns(),
+                attributes,
+            )
+        }
+
+        /// A child of span `parent` (`kind` INTERNAL or CLIENT), now or at `start_ns`.
+        #[pyo3(signature = (name, parent, kind, attrs=None, start_ns=None))]
+        fn open(
+            &mut self,
+            name: String,
+            parent: usize,
+            kind: i32,
+            attrs: Option<&Bound<'_, PyAny>>,
+            start_ns: Option<u64>,
+        ) -> PyResult<usize> {
+            let attributes = match attrs {
+                Some(a) => attributes(a)?,
+                None => Vec::new(),
+            };
+            self.child(
+                name,
+                parent,
+                kind,
+                start_ns.unwrap_or_else(now_ns),
+                attributes,
+            )
+        }
+
+        /// An upstream attempt, a CLIENT child of the server span: `{method} {path}` (the
+        /// target's path, latin-1), with its method, server address and port, and path.
+        fn open_attempt(
+            &mut self,
+            method: &[u8],
+            target: &[u8],
+            host: &str,
+            port: i64,
+        ) -> PyResult<usize> {
+            let method: String = method.iter().map(|&b| b as char).collect();
+            let path_end = memchr::memchr(b'?', target).unwrap_or(target.len());
+            let path: String = target[..path_end].iter().map(|&b| b as char).collect();
+            let attributes = vec![
+                ("http.request.method".to_owned(), Value::Str(method.clone())),
+                ("server.address".to_owned(), Value::Str(host.to_owned())),
+                ("server.port".to_owned(), Value::Int(port)),
+                ("url.path".to_owned(), Value::Str(path.clone())),
+            ];
+            self.child(format!("{method} {path}"), 0, CLIENT, now_ns(), attributes)
+        }
+
+        /// Ends attempt `i` with the upstream's status (5xx: failed, `error.type` the
+        /// status) and whether it opened its connection.
+        fn close_attempt<'py>(
+            &mut self,
+            py: Python<'py>,
+            i: usize,
+            status: i64,
+            new_connection: bool,
+        ) -> PyResult<Ended<'py>> {
+            let span = self.at(i)?;
+            set_value(
+                &mut span.attributes,
+                "http.response.status_code".to_owned(),
+                Some(Value::Int(status)),
+            );
+            set_value(
+                &mut span.attributes,
+                "edgegw.upstream.new_connection".to_owned(),
+                Some(Value::Bool(new_connection)),
+            );
+            if status >= 500 {
+                self.mark_failed(i, &status.to_string())?;
+            }
+            self.close_at(py, i)
+        }
+
+        /// A connection opened for span `parent`, from `start_ns` to now: a `connect` child,
+        /// failed with `error` when it did.
+        #[pyo3(signature = (parent, start_ns, host, port, error=None))]
+        fn connect<'py>(
+            &mut self,
+            py: Python<'py>,
+            parent: usize,
+            start_ns: u64,
+            host: &str,
+            port: i64,
+            error: Option<&str>,
+        ) -> PyResult<Ended<'py>> {
+            let attributes = vec![
+                ("server.address".to_owned(), Value::Str(host.to_owned())),
+                ("server.port".to_owned(), Value::Int(port)),
+            ];
+            let i = self.child("connect".to_owned(), parent, INTERNAL, start_ns, attributes)?;
+            if let Some(code) = error {
+                self.mark_failed(i, code)?;
+            }
+            self.close_at(py, i)
+        }
+
+        /// The W3C `traceparent` naming span `i` as the parent (sampled).
+        fn traceparent<'py>(&mut self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyBytes>> {
+            let span_id = self.at(i)?.span_id;
+            let value = format!("00-{:032x}-{:016x}-01", self.trace_id, span_id);
+            Ok(PyBytes::new(py, value.as_bytes()))
+        }
+
+        fn span_id(&mut self, i: usize) -> PyResult<u64> {
+            Ok(self.at(i)?.span_id)
         }
 
         fn set(&mut self, i: usize, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -1019,6 +1299,109 @@ mod trace_binding {
                 set_one(&mut span.attributes, k.extract()?, &v)?;
             }
             Ok(())
+        }
+
+        /// Span `i` failed: `error.type` is `code`, its status an error.
+        fn fail(&mut self, i: usize, code: &str) -> PyResult<()> {
+            self.mark_failed(i, code)
+        }
+
+        /// The GenAI semantic-convention attributes of a chat or completions request, on
+        /// the server span: operation, provider (and its older name `gen_ai.system`),
+        /// request and response model (clipped), token usage (OpenAI's or Anthropic's
+        /// member names), finish reasons, time to first token.
+        #[allow(clippy::too_many_arguments)]
+        #[pyo3(signature = (operation, provider, model, response_model, usage, finish_reasons, ttft_s))]
+        fn generation(
+            &mut self,
+            operation: &str,
+            provider: &str,
+            model: &str,
+            response_model: Option<&str>,
+            usage: Option<&Bound<'_, PyDict>>,
+            finish_reasons: Vec<String>,
+            ttft_s: Option<f64>,
+        ) -> PyResult<()> {
+            let mut tokens = (None, None);
+            if let Some(u) = usage {
+                tokens = (
+                    token_count(u, "prompt_tokens", "input_tokens")?,
+                    token_count(u, "completion_tokens", "output_tokens")?,
+                );
+            }
+            let attrs = &mut self.at(0)?.attributes;
+            set_str(attrs, "gen_ai.operation.name", operation);
+            set_str(attrs, "gen_ai.provider.name", provider);
+            set_str(attrs, "gen_ai.system", provider);
+            set_value(
+                attrs,
+                "gen_ai.request.model".to_owned(),
+                Some(Value::Str(clip(model))),
+            );
+            if let Some(m) = response_model.filter(|m| !m.is_empty()) {
+                set_value(
+                    attrs,
+                    "gen_ai.response.model".to_owned(),
+                    Some(Value::Str(clip(m))),
+                );
+            }
+            if let Some(n) = tokens.0 {
+                set_value(
+                    attrs,
+                    "gen_ai.usage.input_tokens".to_owned(),
+                    Some(Value::Int(n)),
+                );
+            }
+            if let Some(n) = tokens.1 {
+                set_value(
+                    attrs,
+                    "gen_ai.usage.output_tokens".to_owned(),
+                    Some(Value::Int(n)),
+                );
+            }
+            if !finish_reasons.is_empty() {
+                let reasons = finish_reasons.iter().map(|r| Value::Str(clip(r))).collect();
+                set_value(
+                    attrs,
+                    "gen_ai.response.finish_reasons".to_owned(),
+                    Some(Value::Array(reasons)),
+                );
+            }
+            if let Some(t) = ttft_s {
+                set_value(
+                    attrs,
+                    "gen_ai.server.time_to_first_token".to_owned(),
+                    Some(Value::Double(t)),
+                );
+            }
+            Ok(())
+        }
+
+        /// Ends the server span with the answer's status (None: none was sent) and the
+        /// error code that ended the request: failed on an error, no answer or a 5xx.
+        /// Returns the entries to export.
+        #[pyo3(signature = (status, error=None))]
+        fn finish<'py>(
+            &mut self,
+            py: Python<'py>,
+            status: Option<i64>,
+            error: Option<&str>,
+        ) -> PyResult<Ended<'py>> {
+            let span = self.at(0)?;
+            if let Some(s) = status {
+                set_value(
+                    &mut span.attributes,
+                    "http.response.status_code".to_owned(),
+                    Some(Value::Int(s)),
+                );
+            }
+            if let Some(code) = error {
+                set_str(&mut span.attributes, "error.type", code);
+            }
+            if error.is_some() || status.is_none_or(|s| s >= 500) {
+                span.error = true;
+            }
+            self.close_at(py, 0)
         }
 
         /// A span event, unless the span holds `limit` already; false when it was not kept.
@@ -1043,8 +1426,13 @@ mod trace_binding {
             Ok(true)
         }
 
-        /// Ends span `i`; true once the first span (the request's server span) has ended,
-        /// when what ended is to be exported.
+        /// Ends span `i` now (once): the entries to export once the server span has ended.
+        fn close<'py>(&mut self, py: Python<'py>, i: usize) -> PyResult<Ended<'py>> {
+            self.close_at(py, i)
+        }
+
+        /// Ends span `i` at `end_ns`, failed if `error`; true once the first span (the
+        /// request's server span) has ended, when what ended is to be exported.
         fn end(&mut self, i: usize, end_ns: u64, error: bool) -> PyResult<bool> {
             let span = self.at(i)?;
             span.end_unix_nano = end_ns;
@@ -1055,16 +1443,7 @@ mod trace_binding {
 
         /// The entries of the spans ended since the last call, and how many.
         fn take_ended<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
-            let mut out = Vec::with_capacity(512);
-            let mut n = 0;
-            for (i, span) in self.spans.iter().enumerate() {
-                if self.ended[i] && !self.taken[i] {
-                    self.taken[i] = true;
-                    out.extend_from_slice(&otlp_trace::encode_span_entry(span));
-                    n += 1;
-                }
-            }
-            (PyBytes::new(py, &out), n)
+            self.entries(py)
         }
     }
 
