@@ -1,6 +1,7 @@
 """The upstream HTTP/1.1 client: a small keep-alive pool on Trio.
 
-Requests are written as bytes in one `send_all`; responses are framed by the Rust core's
+Requests are written as bytes in one `send_all` (a body past JOINED_BODY_BYTES in a second:
+copying it after the head cost more than the second system call); responses are framed by the Rust core's
 `ResponseParser` (httparse underneath). h11 did this job first; it cost 43 µs of CPU per
 exchange on the reference machine, a third of all the gateway added to a proxied request,
 and was replaced for that reason (numbers in bench/README.md, "upstream client").
@@ -46,6 +47,9 @@ from edgegw.errors import GatewayError
 
 USER_AGENT = b"edgegw/0.1"
 READ_SIZE = 65536
+# A request body larger than this is sent after its head, not copied onto its end (an
+# exported batch of spans is ~130 KiB: the copy was a fresh allocation whose pages fault in).
+JOINED_BODY_BYTES = 16 * 1024
 # Open connections (idle or in use) to one host; past it requests queue (module doc).
 MAX_PER_HOST = 1024
 
@@ -305,7 +309,8 @@ class UpstreamPool:
             if body or method in (b"POST", b"PUT", b"PATCH")
             else b""
         )
-        request = _request_head(origin, method, target, headers, framing) + body
+        head = _request_head(origin, method, target, headers, framing)
+        request = head + body if len(body) <= JOINED_BODY_BYTES else head
         for attempt in (0, 1):
             if attempt == 0:
                 conn, reused = await self._acquire(origin, on_connect)
@@ -314,6 +319,8 @@ class UpstreamPool:
             parser = ResponseParser(method == b"HEAD")
             try:
                 await conn.stream.send_all(request)
+                if request is head and body:
+                    await conn.stream.send_all(body)
                 return await _read_head(self, origin, conn, parser)
             except _StaleConnection:
                 await self._discard(conn)

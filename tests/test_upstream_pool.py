@@ -10,9 +10,10 @@ import trio
 import trio.testing
 
 from edgegw.bench.mock import MockConfig, MockUpstream
-from edgegw.upstream import Origin, UpstreamPool
+from edgegw.upstream import JOINED_BODY_BYTES, Origin, UpstreamPool
 
 from .conftest import UPSTREAM_KEY, start_gateway, upstream_env, wait_until
+from .echo_upstream import EchoUpstream
 from .rawhttp import request, sse_data
 
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n%b\r\n{}"
@@ -159,3 +160,25 @@ async def test_a_request_queued_past_its_first_byte_deadline_is_504(
     assert sse_data(answers[0])[-1] == b"[DONE]"
     again = await request(gw.port, "POST", "/v1/chat/completions", body)
     assert again.status == 200 and gw.pool.connections_opened == 1
+
+
+async def test_bodies_on_either_side_of_the_joined_size_arrive_whole(
+    nursery: trio.Nursery,
+) -> None:
+    """A body up to JOINED_BODY_BYTES goes out in one write with its head, a larger one
+    after it: both arrive as sent, with their length, on one kept-alive connection."""
+    echo = EchoUpstream()
+    port = await nursery.start(echo.serve)
+    pool = UpstreamPool()
+    origin = Origin("http", "127.0.0.1", port, "")
+    bodies = [b"s" * JOINED_BODY_BYTES, bytes(range(256)) * 512 + b"end", b""]
+    for body in bodies:
+        resp = await pool.send(origin, b"POST", b"/v1/traces", [], body)
+        try:
+            assert resp.status == 200 and await resp.read(1024) == b'{"ok":true}'
+        finally:
+            await resp.aclose()
+    assert [s.body for s in echo.seen] == bodies
+    assert [s.headers["content-length"] for s in echo.seen] == [str(len(b)) for b in bodies]
+    assert pool.open_connections == 1
+    await pool.aclose()
