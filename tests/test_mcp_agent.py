@@ -406,8 +406,13 @@ async def test_each_tool_execution_is_a_span(nursery: trio.Nursery) -> None:
     )
     resp = await request(gw.port, "POST", "/v1/chat/completions", chat())
     assert resp.status == 200, resp.body
-    await exported(gw, lambda: any(s.name == "POST /v1/chat/completions" and s.kind == 2 for s in collector.spans))
-    server = next(s for s in collector.spans if s.kind == 2 and s.name == "POST /v1/chat/completions")
+    await exported(
+        gw,
+        lambda: any(s.name == "POST /v1/chat/completions" and s.kind == 2 for s in collector.spans),
+    )
+    server = next(
+        s for s in collector.spans if s.kind == 2 and s.name == "POST /v1/chat/completions"
+    )
     tree = collector.tree(server.trace_id)
     # Two model calls and the tool run between them, all children of the request.
     assert tree["POST /v1/chat/completions"].count("POST /v1/chat/completions") == 2
@@ -416,3 +421,42 @@ async def test_each_tool_execution_is_a_span(nursery: trio.Nursery) -> None:
     assert tool.attributes["gen_ai.tool.name"] == "mcp_add"
     assert tool.attributes["gen_ai.operation.name"] == "execute_tool"
     assert tool.status_code != 2  # not an error
+
+
+async def test_each_streamed_round_is_an_attempt_carrying_the_requests_id_and_trace(
+    nursery: trio.Nursery,
+) -> None:
+    """A streamed MCP request's model calls go out as any upstream attempt: a CLIENT span
+    each, its `traceparent` and the request's `x-request-id` sent with it."""
+    from .otlp_receiver import OtlpReceiver, ReceivedSpan
+    from .test_tracing import exported
+
+    collector = OtlpReceiver()
+    collector.port = await nursery.start(collector.serve)
+    _, model, gw = await setup_gateway(
+        nursery,
+        add_then_answer,
+        TELEMETRY_ENABLED="true",
+        TELEMETRY_TRACING_ENABLED="true",
+        TELEMETRY_TRACING_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.port}",
+    )
+    resp = await request(
+        gw.port, "POST", "/v1/chat/completions", chat(stream=True),
+        headers=[("x-request-id", "mcp-stream-1")],
+    )  # fmt: skip
+    assert resp.status == 200 and resp.body.endswith(b"data: [DONE]\n\n"), resp.body
+    assert len(model.bodies) == 2  # the tool call's round and the answer's
+
+    def server() -> ReceivedSpan | None:
+        return next((s for s in collector.spans if s.kind == 2 and s.name.startswith("POST")), None)
+
+    await exported(gw, lambda: server() is not None)
+    root = server()
+    assert root is not None
+    attempts = [s for s in collector.spans if s.kind == 3 and s.trace_id == root.trace_id]
+    assert len(attempts) == 2 and all(a.parent_id == root.span_id for a in attempts)
+    seen = model.upstream.seen
+    assert [s.headers["x-request-id"] for s in seen] == ["mcp-stream-1"] * 2
+    assert sorted(s.headers["traceparent"] for s in seen) == sorted(
+        f"00-{root.trace_id}-{a.span_id}-01" for a in attempts
+    )

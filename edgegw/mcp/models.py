@@ -73,7 +73,7 @@ class RemoteModel:
         up, ex = self.up, self.exchanges
         up.body = body
         with ex.open(call, ex.first_byte_timeout_s) as xc:
-            resp = await ex.pool.send(up.origin, up.method, up.target, up.headers, up.body)
+            resp = await ex.send(call, up)  # its id and trace context, as every exchange
             try:
                 if not 200 <= resp.status < 300:
                     xc.allow(ex.idle_timeout_s)
