@@ -436,6 +436,45 @@ async def test_a_new_connection_is_a_connect_span_of_its_attempt(
     assert second.attributes["edgegw.upstream.new_connection"] is False
 
 
+async def test_an_https_upstreams_connect_span_covers_its_handshake(
+    nursery: trio.Nursery,
+    collector: OtlpReceiver,
+    collector_ca: trustme.CA,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An HTTPS provider (its CA trusted through SSL_CERT_FILE): the first attempt's
+    `connect` span holds the TCP connect and the TLS handshake, and the `traceparent` naming
+    the attempt arrives over TLS."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    collector_ca.issue_cert("127.0.0.1").configure_cert(context)
+    tls_upstream = EchoUpstream()
+    tls_upstream.answer = answer
+    port = await nursery.start(tls_upstream.serve, context)
+    ca_file = tmp_path / "ca.pem"
+    collector_ca.cert_pem.write_to_path(str(ca_file))
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"https://127.0.0.1:{port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+        ),
+    )
+    resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
+    assert resp.status == 200, resp.body
+    await exported(gw, lambda: server_span(collector, "/v1/chat/completions") is not None)
+    attempt = next(s for s in collector.spans if s.kind == CLIENT)
+    (connect,) = [s for s in collector.spans if s.name == "connect"]
+    assert connect.parent_id == attempt.span_id and connect.status_code != ERROR
+    assert connect.attributes == {"server.address": "127.0.0.1", "server.port": port}
+    assert attempt.start_ns <= connect.start_ns <= connect.end_ns <= attempt.end_ns
+    assert attempt.attributes["edgegw.upstream.new_connection"] is True
+    (seen,) = tls_upstream.seen
+    assert seen.headers["traceparent"] == f"00-{attempt.trace_id}-{attempt.span_id}-01"
+
+
 async def test_a_refused_connect_is_a_failed_connect_span(
     nursery: trio.Nursery, collector: OtlpReceiver
 ) -> None:
