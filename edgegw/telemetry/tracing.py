@@ -49,7 +49,7 @@ import orjson
 import trio
 
 from edgegw._core import TraceRecord
-from edgegw.ids import getrandbits, random_bits
+from edgegw.ids import getrandbits
 from edgegw.telemetry.spanqueue import SpanQueue
 
 if TYPE_CHECKING:
@@ -112,9 +112,12 @@ class Span:
     def end(self) -> None:
         """Ended (once): kept with the trace's, which are exported together when the server
         span (the record's first) ends; a span ending after it is exported at once."""
-        self.exported(self.record.close(self.index))
+        ended = self.record.close(self.index)
+        if ended is not None:
+            self.pipeline.export(*ended)
 
     def exported(self, ended: tuple[bytes, int] | None) -> None:
+        """What a call ending a span returned, queued for export (if anything)."""
         if ended is not None:
             self.pipeline.export(*ended)
 
@@ -122,9 +125,12 @@ class Span:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: Any) -> None:
+        # `end` and `fail` written out: a span scope is two a request (parse, route).
         if e is not None:
-            self.fail(e)
-        self.end()
+            self.record.fail(self.index, error_type(e))
+        ended = self.record.close(self.index)
+        if ended is not None:
+            self.pipeline.export(*ended)
 
 
 class Tracing:
@@ -156,7 +162,7 @@ class Tracing:
                 parent = self.pipeline.parent(headers)
                 break
         if parent is None:
-            trace_id, parent_id, state = random_bits(128), None, ""
+            trace_id, parent_id, state = getrandbits(128) or 1, None, ""
         else:
             trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.state
         if not self.sampled(trace_id, None if parent is None else parent.sampled):
@@ -276,7 +282,9 @@ class RequestTrace:
     def finish(self, status: int | None, error: str | None) -> None:
         """End the server span with the answer's status (None: none was sent) and the
         error code that ended the request, if any (a 5xx, no answer or an error: failed)."""
-        self.server.exported(self.record.finish(status, error))
+        ended = self.record.finish(status, error)
+        if ended is not None:
+            self.tracing.pipeline.export(*ended)
 
     def generation(
         self,
