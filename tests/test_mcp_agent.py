@@ -14,6 +14,7 @@ import trio
 
 from .conftest import Gateway, sample, scrape, start_gateway
 from .mcp_server import ToolServer
+from .otlp_receiver import OtlpReceiver, ReceivedSpan
 from .rawhttp import request
 from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
 from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's garbage)
@@ -22,6 +23,7 @@ from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's ga
     pytestmark,
     wait_for_tool,
 )
+from .test_tracing import exported
 
 WEATHER = {
     "type": "function",
@@ -391,19 +393,22 @@ async def test_a_client_that_hangs_up_cancels_the_running_tool(nursery: trio.Nur
             await trio.sleep(0.05)
 
 
-async def test_each_tool_execution_is_a_span(nursery: trio.Nursery) -> None:
-    from .otlp_receiver import OtlpReceiver
-    from .test_tracing import exported
-
+async def traced_setup(nursery: trio.Nursery) -> tuple[OtlpReceiver, ScriptedModel, Gateway]:
+    """`setup_gateway` for `add_then_answer`, tracing to a real OTLP receiver."""
     collector = OtlpReceiver()
     collector.port = await nursery.start(collector.serve)
-    _, _, gw = await setup_gateway(
+    _, model, gw = await setup_gateway(
         nursery,
         add_then_answer,
         TELEMETRY_ENABLED="true",
         TELEMETRY_TRACING_ENABLED="true",
         TELEMETRY_TRACING_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.port}",
     )
+    return collector, model, gw
+
+
+async def test_each_tool_execution_is_a_span(nursery: trio.Nursery) -> None:
+    collector, _, gw = await traced_setup(nursery)
     resp = await request(gw.port, "POST", "/v1/chat/completions", chat())
     assert resp.status == 200, resp.body
     await exported(
@@ -428,18 +433,7 @@ async def test_each_streamed_round_is_an_attempt_carrying_the_requests_id_and_tr
 ) -> None:
     """A streamed MCP request's model calls go out as any upstream attempt: a CLIENT span
     each, its `traceparent` and the request's `x-request-id` sent with it."""
-    from .otlp_receiver import OtlpReceiver, ReceivedSpan
-    from .test_tracing import exported
-
-    collector = OtlpReceiver()
-    collector.port = await nursery.start(collector.serve)
-    _, model, gw = await setup_gateway(
-        nursery,
-        add_then_answer,
-        TELEMETRY_ENABLED="true",
-        TELEMETRY_TRACING_ENABLED="true",
-        TELEMETRY_TRACING_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.port}",
-    )
+    collector, model, gw = await traced_setup(nursery)
     resp = await request(
         gw.port, "POST", "/v1/chat/completions", chat(stream=True),
         headers=[("x-request-id", "mcp-stream-1")],
