@@ -66,6 +66,9 @@ def _gateway(
         "OPENAI_API_KEY": "bench-key",
         "LOG_LEVEL": level,  # INFO: one access line per request (to /dev/null here)
         "EDGEGW_WORKERS": "1",
+        # One hash seed for every gateway: dict and set layouts, part of what made two
+        # processes of the same code differ by +-10 % here, no longer differ between cells.
+        "PYTHONHASHSEED": "0",
         "TELEMETRY_ENABLED": "true",
         "TELEMETRY_METRICS_PORT": "0",
         "TELEMETRY_TRACING_ENABLED": "true" if tracing else "false",
