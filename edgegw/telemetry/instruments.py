@@ -152,29 +152,30 @@ class Histogram(_Family):
     ) -> None:
         """`count` observations of `value`; `trace_id`: the request's trace, as the
         bucket's exemplar."""
-        self.observe_weighted(key, ((value, count),), value * count)
+        series = self._series_of(key)
+        bucket = bisect.bisect_left(self.buckets, value)
+        series.counts[bucket] += count
+        series.sum += value * count
         if trace_id is not None:
-            series = self._series.get(self._fold(key, self._series))
-            assert series is not None
             if series.exemplars is None:
                 series.exemplars = [None] * len(series.counts)
-            series.exemplars[bisect.bisect_left(self.buckets, value)] = (
-                trace_id,
-                value,
-                time.time(),
-            )
+            series.exemplars[bucket] = (trace_id, value, time.time())
 
     def observe_weighted(
         self, key: Labels, observations: Sequence[tuple[float, int]], total: float
     ) -> None:
         """(value, how many times) pairs, adding `total` to the sum."""
+        series = self._series_of(key)
+        for value, n in observations:
+            series.counts[bisect.bisect_left(self.buckets, value)] += n
+        series.sum += total
+
+    def _series_of(self, key: Labels) -> _HistogramSeries:
         key = self._fold(key, self._series)
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = _HistogramSeries(len(self.buckets))
-        for value, n in observations:
-            series.counts[bisect.bisect_left(self.buckets, value)] += n
-        series.sum += total
+        return series
 
     def snapshot(self) -> Histogram:
         copy = Histogram(self.name, self.documentation, self.buckets, self.max_series)
