@@ -19,6 +19,9 @@ cells of one round measured within a minute of each other) is reported: its medi
 range are the figure quoted.
 
 `--paired` (Go): sampled and unsampled phases alternate in one gateway process (`paired`).
+With `--go` and `--paired` the collector is the Go mock's `/v1/traces` (read whole, 200, the
+connection kept alive, as an OpenTelemetry collector does); the Python sink (HTTP/1.0: a
+connection a batch) parsed each batch on core 0 beside the load generator.
 
     python -m bench.tracing [--rounds 5] [--seconds 6] [--rate 400] [--go] [--base DIR]
     python -m bench.tracing --paired [--rounds 6] [--pairs 4] [--seconds 4]
@@ -27,6 +30,7 @@ range are the figure quoted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -126,19 +130,16 @@ def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     nothing recorded; the context is parsed and passed on in both), fresh gateways
     `--rounds` times. Both phases run in one process, so its luck (memory layout, hash seed:
     +-10 % between processes of the same code here) is the same for both."""
-    sink_port, mock_port = free_port(), free_port()
-    sink_code = f"from bench.tracing import serve_sink; serve_sink({sink_port})"
+    mock_port = free_port()
+    sink_port = mock_port  # the Go mock's /v1/traces
     parent = "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-"
     phases = {"sampled": (parent + "01",), "not sampled": (parent + "00",)}
     cpu: dict[str, list[float]] = {name: [] for name in phases}
     diffs: list[float] = []
     print(f"load average before: {loadavg()}")
-    with (
-        process(["-c", sink_code], CORE_A, port=sink_port),
-        process(
-            ["mock", "--port", str(mock_port), "--tokens", "200"], CORE_A, port=mock_port,
-            exe=str(binary),
-        ),
+    with process(
+        ["mock", "--port", str(mock_port), "--tokens", "200"], CORE_A, port=mock_port,
+        exe=str(binary),
     ):  # fmt: skip
         for _ in range(ns.rounds):
             port = free_port()
@@ -190,9 +191,11 @@ def main() -> None:
     if ns.go and ns.rate:
         parser.error("--rate is the Python generator's open loop: not with --go")
     os.sched_setaffinity(0, {CORE_A})
-    sink_port = free_port()
-    sink_code = f"from bench.tracing import serve_sink; serve_sink({sink_port})"
     mock_port = free_port()
+    # The collector: the Go mock's /v1/traces with --go (kept-alive, as an OpenTelemetry
+    # collector), else a Python sink in a process of its own.
+    sink_port = mock_port if ns.go else free_port()
+    sink_code = f"from bench.tracing import serve_sink; serve_sink({sink_port})"
     ratio = {"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
     cells: dict[str, tuple[bool, str | None, str, dict[str, str]]] = {
         "tracing off": (False, None, "WARNING", {}),
@@ -209,7 +212,7 @@ def main() -> None:
     print(f"load average before: {loadavg()}")
     mock = ["mock", "--port", str(mock_port), "--tokens", "200"] if ns.go else mock_args(mock_port)
     with (
-        process(["-c", sink_code], CORE_A, port=sink_port),
+        contextlib.nullcontext() if ns.go else process(["-c", sink_code], CORE_A, port=sink_port),
         process(mock, CORE_A, port=mock_port, exe=str(binary) if binary else None),
     ):
         for _ in range(ns.rounds):

@@ -9,6 +9,8 @@ package main
 //	                           others then), data: [DONE]; chunked transfer encoding, one
 //	                           chunk (one write) per event
 //	GET  /v1/models, GET /health
+//	POST /v1/traces            an OTLP/HTTP collector that keeps nothing: the body read
+//	                           whole, 200 with an empty ExportTraceServiceResponse
 //
 // max_tokens / max_completion_tokens cap --tokens (finish_reason "length" when they cut it).
 // Pacing: the first content chunk 1/R s + --first-token-ms after the head, each later one
@@ -78,6 +80,11 @@ func runMock(args []string) error {
 			return
 		}
 		writeJSON(w, 200, []byte(modelsBody))
+	})
+	mux.HandleFunc("/v1/traces", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header()["Content-Type"] = []string{"application/x-protobuf"}
+		w.WriteHeader(200)
 	})
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, []byte(`{"status":"ok"}`))
