@@ -5,15 +5,18 @@ The OpenTelemetry SDK is imported only when tracing is on (`Tracing`, built by
 pays anything but `call.trace is None`: every hook in the request path is one such check.
 
 The SDK's parts are constructed by class, never looked up by entry-point name (the frozen
-binary has no entry points; edgegw.telemetry.otelsdk): the OTLP/HTTP exporter's HTTP client,
-the W3C trace context propagator (reading a client's `traceparent`), a resource of our own
+binary has no entry points; edgegw.telemetry.otelsdk): the W3C propagator's rules for a
+client's `traceparent` (`read_parent`) and its `TraceState`, a resource of our own
 attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export is a task on the event
 loop (`Tracing.run`, started by serve()) posting with edgegw's own upstream client: no thread
 (edgegw.telemetry.otelsdk says what a thread cost).
 
 A request's spans are recorded in the Rust core as they happen (`TraceRecord`, one a request;
 `Span` is a handle on one of its spans) and leave, encoded, when the server span ends; the
-export task joins the entries of a batch (`encode_otlp_batch`) and posts the bytes.
+export task joins the entries of a batch (`encode_otlp_batch`) and posts the bytes. Each hook
+is one call into the record where it can be (ids, times, the attempt's name and attributes,
+the GenAI attributes made there): the Python calls around the recording were most of what
+it cost (bench/README.md).
 The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
 processors: three quarters of what recording cost) and its `ReadableSpan` /
 `BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
