@@ -203,10 +203,10 @@ _TRACESTATE_MAX = 512
 def read_parent(headers: Sequence[tuple[bytes, bytes]]) -> Parent | None:
     """A client's `traceparent` and `tracestate` (the last of each, as the SDK's dict
     carrier kept them) read by the rules of the SDK's W3C propagator, which is what
-    tests/test_tracing.py checks this against: its `extract` cost 21.6 µs a request in
-    process and ~50 µs in a loaded gateway (a context, a span and a `SpanContext` made to
-    carry four fields; thread CPU time, bench/README.md), this ~2 µs. `tracestate` is
-    still the SDK's `TraceState` (clients rarely send one)."""
+    tests/test_traceparent.py checks this against: its `extract` cost 21.6 µs a request in
+    process (a context, a span and a `SpanContext` made to carry four fields;
+    bench/README.md), this 3.2 µs. `tracestate` is still the SDK's `TraceState` (clients
+    rarely send one)."""
     traceparent = tracestate = None
     for name, value in headers:
         if name == b"traceparent":

@@ -159,11 +159,7 @@ class Tracing:
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
     ) -> RequestTrace | None:
         """The request's trace, continuing the client's; None when it is not sampled."""
-        parent = None
-        for name, _ in headers:
-            if name == b"traceparent" or name == b"tracestate":
-                parent = self.pipeline.parent(headers)
-                break
+        parent = self.pipeline.parent(headers)
         if parent is None:
             trace_id, parent_id, state = getrandbits(128) or 1, None, ""
         else:
