@@ -118,13 +118,17 @@ async def traced_local(
 async def traced_gateway(
     nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream, scheme: str = "http"
 ) -> Gateway:
+    return await traced_to(
+        nursery, f"{scheme}://127.0.0.1:{collector.port}", f"http://127.0.0.1:{upstream.port}/v1"
+    )
+
+
+async def traced_to(nursery: trio.Nursery, collector_url: str, openai_url: str) -> Gateway:
+    """A gateway tracing to `collector_url` (path-less: /v1/traces is appended), its
+    OpenAI provider at `openai_url`."""
     return await start_gateway(
         nursery,
-        tracing_env(
-            f"{scheme}://127.0.0.1:{collector.port}",  # path-less: /v1/traces is appended
-            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
-            OPENAI_API_KEY="sk-upstream-key",
-        ),
+        tracing_env(collector_url, OPENAI_API_URL=openai_url, OPENAI_API_KEY="sk-upstream-key"),
     )
 
 
@@ -454,13 +458,8 @@ async def test_an_https_upstreams_connect_span_covers_its_handshake(
     ca_file = tmp_path / "ca.pem"
     collector_ca.cert_pem.write_to_path(str(ca_file))
     monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
-    gw = await start_gateway(
-        nursery,
-        tracing_env(
-            f"http://127.0.0.1:{collector.port}",
-            OPENAI_API_URL=f"https://127.0.0.1:{port}/v1",
-            OPENAI_API_KEY="sk-upstream-key",
-        ),
+    gw = await traced_to(
+        nursery, f"http://127.0.0.1:{collector.port}", f"https://127.0.0.1:{port}/v1"
     )
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 200, resp.body
@@ -480,13 +479,8 @@ async def test_a_refused_connect_is_a_failed_connect_span(
 ) -> None:
     """Through the generation route and /proxy (each makes its own attempt span)."""
     port = await closed_port()
-    gw = await start_gateway(
-        nursery,
-        tracing_env(
-            f"http://127.0.0.1:{collector.port}",
-            OPENAI_API_URL=f"http://127.0.0.1:{port}/v1",
-            OPENAI_API_KEY="sk-upstream-key",
-        ),
+    gw = await traced_to(
+        nursery, f"http://127.0.0.1:{collector.port}", f"http://127.0.0.1:{port}/v1"
     )
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 502
