@@ -112,8 +112,9 @@ class App:
                 await call.respond_json(500, INTERNAL_ERROR_BODY)
         finally:
             duration_s = trio.current_time() - started
-            if call.trace is not None:
-                call.trace.finish(call.note.status or call.status, error)
+            if call.trace is not None and call.trace.finish(call.note.status or call.status, error):
+                assert tracing is not None
+                tracing.wake()  # a whole batch of spans waits
             access_line(call, duration_s)
 
     async def _dispatch(self, call: Call) -> None:

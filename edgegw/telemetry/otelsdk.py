@@ -1,7 +1,7 @@
 """The export pipeline: a request's spans, recorded and encoded in the Rust core
-(`TraceRecord`, rust/src/otlp_trace.rs), batched by a Trio task on the event loop
-(`encode_otlp_batch` joins the entries) and POSTed to the collector with edgegw's own
-upstream client (edgegw.upstream). Imported only when tracing is
+(`TraceRecord`, rust/src/otlp_trace.rs) into its `SpanQueue`, taken a batch at a time by a
+Trio task on the event loop (`SpanQueue.take` puts a batch's head before its entries) and
+POSTed to the collector with edgegw's own upstream client (edgegw.upstream). Imported only when tracing is
 on (edgegw.telemetry.tracing); the SDK's parts are built by class (no entry points: the
 frozen binary has none).
 
@@ -40,13 +40,13 @@ One call a request rather than one a span: each span encoded on its own cost 7.2
 
 from __future__ import annotations
 
-import collections
 import gzip
 import logging
 import os
 import random
 import re
 import ssl
+import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -58,13 +58,15 @@ from opentelemetry.trace import TraceState
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.re import parse_env_headers
 
-from edgegw._core import encode_otlp_batch
+from edgegw._core import SpanQueue
 from edgegw.errors import GatewayError
 from edgegw.settings import SettingsError
-from edgegw.telemetry.spanqueue import SpanQueue
 from edgegw.upstream import Origin, UpstreamPool, retry_after_s
 
 log = logging.getLogger("edgegw.tracing")
+
+# Dropped spans are logged at most this often, with the counts since the last line.
+DROP_LOG_INTERVAL_S = 60.0
 
 # The SDK's batch processor's default wait between exports (OTEL_BSP_SCHEDULE_DELAY, ms).
 DEFAULT_SCHEDULE_DELAY_MS = 5000
@@ -234,12 +236,9 @@ class Pipeline:
     """Ended spans, bounded by the queue, batched by one Trio task (`run`), encoded in Rust
     and posted to the collector (module doc)."""
 
-    def __init__(
-        self, endpoint: str, version: str, queue: SpanQueue, timeout_s: float, batch: int
-    ) -> None:
+    def __init__(self, endpoint: str, version: str, queue: SpanQueue, timeout_s: float) -> None:
         self.queue = queue
         self.version = version
-        self.batch = batch
         self.timeout_s = timeout_s
         resource = Resource(
             {
@@ -257,32 +256,16 @@ class Pipeline:
             max_per_host=1,
             ssl_context=self.destination.ssl_context,
         )
-        # Ended spans, already encoded (entries of a batch's ScopeSpans), a trace's at a
-        # time: (entries, how many spans), and how many spans wait in all.
-        self._spans: collections.deque[tuple[bytes, int]] = collections.deque()
-        self._queued = 0
         self._wake = trio.Event()
         self._sending = trio.Lock()  # one batch on the wire at a time, in order
         self._delay_s = schedule_delay_s()
+        # The drops logged so far (`_log_drops`), and when.
+        self._logged = dict(queue.dropped)
+        self._logged_at = -DROP_LOG_INTERVAL_S
 
-    def parent(self, headers: Sequence[tuple[bytes, bytes]]) -> Parent | None:
-        """The client's trace context; None when its `traceparent` is absent or invalid."""
-        return read_parent(headers)
-
-    def export(self, entries: bytes, n: int) -> None:
-        """Queue `n` ended spans of a trace for export (`entries`: their encoding as entries
-        of a batch, from `TraceRecord.take_ended`), or count them dropped when the queue has
-        no room for them all. Called on the event loop's thread, once a request
-        (edgegw.telemetry.tracing)."""
-        queue = self.queue
-        if queue.pending + n > queue.limit:
-            queue.drop("queue_full", n)
-            return
-        queue.pending += n
-        self._spans.append((entries, n))
-        self._queued += n
-        if self._queued >= self.batch:
-            self._wake.set()
+    def wake(self) -> None:
+        """A whole batch waits: export it now, not at the schedule."""
+        self._wake.set()
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Export a batch whenever one is full or the schedule delay has passed; until
@@ -297,17 +280,23 @@ class Pipeline:
     async def flush(self) -> None:
         """Export what waits now, a batch at a time."""
         async with self._sending:
-            spans = self._spans
-            while spans:
-                batch, n = [], 0
-                while spans and n < self.batch:  # a trace's spans stay together
-                    entries, count = spans.popleft()
-                    batch.append(entries)
-                    n += count
-                self._queued -= n
-                self.queue.taken(n)
-                data = encode_otlp_batch(self.resource, "edgegw", self.version, batch)
-                self.queue.done(n, await self._post(self.destination.body(data)))
+            queue = self.queue
+            while (batch := queue.take(self.resource, "edgegw", self.version)) is not None:
+                data, n = batch
+                queue.done(n, await self._post(self.destination.body(data)))
+        self._log_drops()
+
+    def _log_drops(self) -> None:
+        """Spans dropped since the last line, at most a line a minute."""
+        dropped = self.queue.dropped
+        if dropped == self._logged:
+            return
+        now = time.monotonic()
+        if now - self._logged_at < DROP_LOG_INTERVAL_S:
+            return
+        counts = ", ".join(f"{n - self._logged[k]} {k}" for k, n in dropped.items())
+        self._logged, self._logged_at = dropped, now
+        log.warning("tracing: span(s) dropped (%s); is the collector reachable?", counts)
 
     async def _post(self, body: bytes) -> bool:
         """POST one batch, retrying what the exporter retries; whether the collector took it."""

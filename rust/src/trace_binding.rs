@@ -1,6 +1,8 @@
 //! The OTLP trace encoder's binding (rust/src/otlp_trace.rs), apart from the rest.
 
 use pyo3::exceptions::PyTypeError;
+use std::collections::VecDeque;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -187,11 +189,135 @@ fn encode_otlp_spans<'py>(
     Ok(PyBytes::new(py, &data))
 }
 
-/// One request's spans, recorded in Rust as they happen: the tracer's hooks call in with
-/// a span's index, and no Python object holds a span's attributes, events or times (a
-/// dict, a list and a tuple a span had been, every one walked by each young-generation
-/// collection while its request ran; bench/README.md). Ended spans leave as entries of a
-/// batch (`take_ended`), the bytes `encode_otlp_trace` makes of the same spans.
+/// Ended spans waiting for export, and the counts of what became of them: shared by every
+/// request's record, which writes its spans here as entries of a batch when its server span
+/// ends, and by the export task (edgegw.telemetry.otelsdk.Pipeline), which takes them a
+/// batch at a time; all on the event loop's thread. At most `limit` spans wait (the SDK's
+/// OTEL_BSP_MAX_QUEUE_SIZE); past that a trace's spans are dropped and counted.
+/// The entries are one buffer, a trace's after another: no bytes object, tuple or Python
+/// call a request (a `Pipeline.export` call and a deque of (bytes, n) had been; bench/README.md).
+#[pyclass(module = "edgegw._core")]
+struct SpanQueue {
+    #[pyo3(get, set)]
+    limit: usize,
+    /// Spans waiting, taken or not yet.
+    #[pyo3(get, set)]
+    pending: usize,
+    #[pyo3(get)]
+    exported: u64,
+    /// Spans a batch, at most (a trace's spans stay together).
+    #[pyo3(get)]
+    batch: usize,
+    queue_full: u64,
+    export_failed: u64,
+    buf: Vec<u8>,
+    /// Each waiting trace's entries in `buf`: (bytes, spans), in order.
+    traces: VecDeque<(usize, usize)>,
+}
+
+impl SpanQueue {
+    /// Room for `n` more spans (else they are counted dropped).
+    fn admit(&mut self, n: usize) -> bool {
+        if self.pending + n > self.limit {
+            self.queue_full += n as u64;
+            return false;
+        }
+        self.pending += n;
+        true
+    }
+}
+
+#[pymethods]
+impl SpanQueue {
+    #[new]
+    #[pyo3(signature = (limit=2048, batch=512))]
+    fn new(limit: usize, batch: usize) -> Self {
+        SpanQueue {
+            limit,
+            pending: 0,
+            exported: 0,
+            batch,
+            queue_full: 0,
+            export_failed: 0,
+            buf: Vec::new(),
+            traces: VecDeque::new(),
+        }
+    }
+
+    /// Spans dropped, by reason: `queue_full` (no room when their trace ended),
+    /// `export_failed` (a batch the collector did not take).
+    #[getter]
+    fn dropped<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("queue_full", self.queue_full)?;
+        d.set_item("export_failed", self.export_failed)?;
+        Ok(d)
+    }
+
+    /// Whether a whole batch waits.
+    fn full(&self) -> bool {
+        self.pending >= self.batch
+    }
+
+    /// The next batch, whole traces up to `batch` spans: the `ExportTraceServiceRequest`
+    /// under one resource and scope, and how many spans; None when nothing waits.
+    fn take<'py>(
+        &mut self,
+        py: Python<'py>,
+        resource: &Bound<'py, PyAny>,
+        scope_name: &str,
+        scope_version: &str,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, usize)>> {
+        let (mut len, mut n) = (0, 0);
+        while n < self.batch {
+            let Some((l, k)) = self.traces.pop_front() else {
+                break;
+            };
+            len += l;
+            n += k;
+        }
+        if n == 0 {
+            return Ok(None);
+        }
+        self.pending = self.pending.saturating_sub(n);
+        let resource = attributes(resource)?;
+        let head = otlp_trace::batch_head(&resource, scope_name, scope_version, len);
+        let data = PyBytes::new_with(py, head.len() + len, |out| {
+            out[..head.len()].copy_from_slice(&head);
+            out[head.len()..].copy_from_slice(&self.buf[..len]);
+            Ok(())
+        })?;
+        self.buf.drain(..len);
+        Ok(Some((data, n)))
+    }
+
+    /// What became of a batch of `n` spans: exported, or dropped (`export_failed`).
+    fn done(&mut self, n: usize, ok: bool) {
+        if ok {
+            self.exported += n as u64;
+        } else {
+            self.export_failed += n as u64;
+        }
+    }
+
+    /// Forget what waits (not counted).
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.traces.clear();
+        self.pending = 0;
+    }
+}
+
+/// One request's trace: its spans, recorded in Rust as they happen, and the hooks the
+/// request path calls (a span scope, an upstream attempt and its connect, the GenAI
+/// attributes, the end), each one call with no Python frame around it: `Span` is a handle
+/// (the record and an index) made here, its scope's `__enter__`/`__exit__` are Rust, and a
+/// connection's hook is a Rust callable. The Python `RequestTrace` and `Span` classes these
+/// replace cost 0.3-1 µs a call in process, about twice that under load (bench/README.md).
+/// No Python object holds a span's attributes, events or times. When the server span ends
+/// the ended spans are written to the queue as entries of a batch, the bytes
+/// `encode_otlp_trace` makes of the same spans; a record without a queue keeps them for
+/// `take_ended`.
 #[pyclass(module = "edgegw._core")]
 struct TraceRecord {
     trace_id: u128,
@@ -202,6 +328,30 @@ struct TraceRecord {
     /// Per span: ended, and whether its entry was taken.
     ended: Vec<bool>,
     taken: Vec<bool>,
+    queue: Option<Py<SpanQueue>>,
+    /// TELEMETRY_TRACING_CONTENT: the answer's text (edgegw.telemetry.tracing.Completion),
+    /// fed by the relays; None when the setting is off, and then no content is recorded.
+    completion: Option<Py<PyAny>>,
+}
+
+/// A handle on one span of a record (`TraceRecord.span`, `.attempt`, ...), and a span scope:
+/// `with trace.span(...) as span:` ends it with its block, failed by an exception leaving
+/// it. It holds the record, which holds no handle: no reference cycle.
+#[pyclass(name = "Span", frozen, module = "edgegw._core")]
+struct SpanHandle {
+    record: Py<TraceRecord>,
+    index: usize,
+}
+
+/// `UpstreamPool.send`'s hook for one upstream attempt: each connection it opens is a
+/// `connect` child of the attempt's span (TCP connect and TLS handshake), failed with the
+/// connect's error.
+#[pyclass(frozen, module = "edgegw._core")]
+struct ConnectHook {
+    record: Py<TraceRecord>,
+    index: usize,
+    host: String,
+    port: i64,
 }
 
 fn set_one(attrs: &mut Attributes, key: String, v: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -230,8 +380,11 @@ fn set_str(attrs: &mut Attributes, key: &str, v: &str) {
 /// An attribute value from a client (a model name): its first MAX_ATTRIBUTE_CHARS
 /// characters (edgegw.telemetry.tracing.clip).
 fn clip(s: &str) -> String {
-    const MAX_ATTRIBUTE_CHARS: usize = 256;
-    match s.char_indices().nth(MAX_ATTRIBUTE_CHARS) {
+    clip_to(s, 256)
+}
+
+fn clip_to(s: &str, chars: usize) -> String {
+    match s.char_indices().nth(chars) {
         Some((end, _)) => s[..end].to_owned(),
         None => s.to_owned(),
     }
@@ -268,12 +421,30 @@ fn token_count(usage: &Bound<'_, PyDict>, first: &str, other: &str) -> PyResult<
     })
 }
 
+/// A span's `error.type` (edgegw.telemetry.tracing.error_type): the code given, or an
+/// exception's `code`, `reason` or class name.
+fn error_type(e: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(s) = e.cast::<PyString>() {
+        return Ok(s.to_str()?.to_owned());
+    }
+    for name in ["code", "reason"] {
+        if let Ok(v) = e.getattr(name) {
+            if v.is_truthy()? {
+                return Ok(v.str()?.to_str()?.to_owned());
+            }
+        }
+    }
+    Ok(e.get_type().name()?.to_str()?.to_owned())
+}
+
 // opentelemetry-proto's SpanKind.
 const INTERNAL: i32 = 1;
 const SERVER: i32 = 2;
 const CLIENT: i32 = 3;
-
-type Ended<'py> = Option<(Bound<'py, PyBytes>, usize)>;
+/// Events kept a span (the SDK's default limit).
+const MAX_EVENTS: usize = 128;
+/// TELEMETRY_TRACING_CONTENT: characters kept a prompt or completion event.
+const MAX_CONTENT_CHARS: usize = 4096;
 
 impl TraceRecord {
     fn at(&mut self, i: usize) -> PyResult<&mut Span> {
@@ -333,52 +504,129 @@ impl TraceRecord {
         Ok(())
     }
 
+    fn add_event(&mut self, i: usize, name: String, attributes: Attributes) -> PyResult<()> {
+        let span = self.at(i)?;
+        if span.events.len() < MAX_EVENTS {
+            span.events.push(Event {
+                name,
+                time_unix_nano: now_ns(),
+                attributes,
+            });
+        }
+        Ok(())
+    }
+
     fn entries<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
         let mut out = Vec::with_capacity(512 * self.spans.len());
         let mut n = 0;
         for (i, span) in self.spans.iter().enumerate() {
             if self.ended[i] && !self.taken[i] {
                 self.taken[i] = true;
-                out.extend_from_slice(&otlp_trace::encode_span_entry(span));
+                otlp_trace::put_span_entry(span, &mut out);
                 n += 1;
             }
         }
         (PyBytes::new(py, &out), n)
     }
 
-    /// Ends span `i` now (once; a second call does nothing): the entries to export once
-    /// the server span has ended, else None.
-    fn close_at<'py>(&mut self, py: Python<'py>, i: usize) -> PyResult<Ended<'py>> {
+    /// The spans ended and not yet taken, written to the queue (when there is room for them
+    /// all); whether a whole batch now waits there. Without a queue they stay for
+    /// `take_ended`.
+    fn export(&mut self, py: Python<'_>) -> bool {
+        let Some(queue) = &self.queue else {
+            return false;
+        };
+        let n = (0..self.spans.len())
+            .filter(|&i| self.ended[i] && !self.taken[i])
+            .count();
+        if n == 0 {
+            return false;
+        }
+        let mut q = queue.bind(py).borrow_mut();
+        let admitted = q.admit(n);
+        let start = q.buf.len();
+        for (i, span) in self.spans.iter().enumerate() {
+            if self.ended[i] && !self.taken[i] {
+                self.taken[i] = true;
+                if admitted {
+                    otlp_trace::put_span_entry(span, &mut q.buf);
+                }
+            }
+        }
+        if admitted {
+            let len = q.buf.len() - start;
+            q.traces.push_back((len, n));
+        }
+        q.full()
+    }
+
+    /// Ends span `i` now (once; a second call does nothing), and exports what ended once
+    /// the server span has: whether a whole batch waits.
+    fn close_at(&mut self, py: Python<'_>, i: usize) -> PyResult<bool> {
         if *self.ended.get(i).unwrap_or(&true) {
             self.at(i)?;
-            return Ok(None);
+            return Ok(false);
         }
         self.spans[i].end_unix_nano = now_ns();
         self.ended[i] = true;
-        Ok(if self.ended[0] {
-            Some(self.entries(py))
-        } else {
-            None
-        })
+        Ok(self.ended[0] && self.export(py))
+    }
+
+    /// A connection opened for span `parent`, from `start_ns` to now: a `connect` child,
+    /// failed with `error` when it did.
+    fn connect(
+        &mut self,
+        py: Python<'_>,
+        parent: usize,
+        start_ns: u64,
+        host: &str,
+        port: i64,
+        error: Option<&str>,
+    ) -> PyResult<()> {
+        let attributes = vec![
+            ("server.address".to_owned(), Value::Str(host.to_owned())),
+            ("server.port".to_owned(), Value::Int(port)),
+        ];
+        let i = self.child("connect".to_owned(), parent, INTERNAL, start_ns, attributes)?;
+        if let Some(code) = error {
+            self.mark_failed(i, code)?;
+        }
+        self.close_at(py, i)?;
+        Ok(())
+    }
+}
+
+fn handle(record: &Bound<'_, TraceRecord>, index: usize) -> SpanHandle {
+    SpanHandle {
+        record: record.clone().unbind(),
+        index,
     }
 }
 
 #[pymethods]
 impl TraceRecord {
     #[new]
-    #[pyo3(signature = (trace_id, trace_state, seed=0))]
-    fn new(trace_id: u128, trace_state: String, seed: u64) -> Self {
+    #[pyo3(signature = (trace_id, trace_state, seed=0, queue=None, completion=None))]
+    fn new(
+        trace_id: u128,
+        trace_state: String,
+        seed: u64,
+        queue: Option<Py<SpanQueue>>,
+        completion: Option<Py<PyAny>>,
+    ) -> Self {
         TraceRecord {
             trace_id,
             trace_state,
             seed,
-            spans: Vec::with_capacity(4),
-            ended: Vec::with_capacity(4),
-            taken: Vec::with_capacity(4),
+            spans: Vec::with_capacity(6),
+            ended: Vec::with_capacity(6),
+            taken: Vec::with_capacity(6),
+            queue,
+            completion,
         }
     }
 
-    /// A new span; returns its index, the handle of every other call.
+    /// A new span; returns its index.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (name, span_id, parent_id, remote_parent, kind, start_ns, attrs=None))]
     fn start(
@@ -440,136 +688,190 @@ impl TraceRecord {
         )
     }
 
-    /// A child of span `parent` (`kind` INTERNAL or CLIENT), now or at `start_ns`.
-    #[pyo3(signature = (name, parent, kind, attrs=None, start_ns=None))]
-    fn open(
-        &mut self,
+    /// The trace id, 32 hex digits (the metrics' exemplars, the access line).
+    #[getter]
+    fn trace_id(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+
+    /// The server span.
+    #[getter]
+    fn server(slf: &Bound<'_, Self>) -> SpanHandle {
+        handle(slf, 0)
+    }
+
+    /// The answer's text (edgegw.telemetry.tracing.Completion), fed by the relays; None
+    /// unless TELEMETRY_TRACING_CONTENT.
+    #[getter]
+    fn completion(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.completion.as_ref().map(|c| c.clone_ref(py))
+    }
+
+    /// A child span of the server span, now, with `attributes`: the scope of parsing,
+    /// routing decisions and attempts (`route.attempt`, with `gen_ai.provider.name`,
+    /// `gen_ai.request.model`, `edgegw.route.reason`), guardrails, MCP tool executions.
+    #[pyo3(signature = (name, **attributes))]
+    fn span(
+        slf: &Bound<'_, Self>,
         name: String,
-        parent: usize,
-        kind: i32,
-        attrs: Option<&Bound<'_, PyAny>>,
-        start_ns: Option<u64>,
-    ) -> PyResult<usize> {
-        let attributes = match attrs {
-            Some(a) => attributes(a)?,
+        attributes: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<SpanHandle> {
+        let attrs = match attributes {
+            Some(a) => self::attributes(a.as_any())?,
             None => Vec::new(),
         };
-        self.child(
-            name,
-            parent,
-            kind,
-            start_ns.unwrap_or_else(now_ns),
-            attributes,
-        )
+        let i = slf.borrow_mut().child(name, 0, INTERNAL, now_ns(), attrs)?;
+        Ok(handle(slf, i))
+    }
+
+    /// A CLIENT child of the server span, now, to `host`:`port` (a proxied request), ended
+    /// by the caller.
+    fn start_client(
+        slf: &Bound<'_, Self>,
+        name: String,
+        host: &str,
+        port: i64,
+    ) -> PyResult<SpanHandle> {
+        let attrs = vec![
+            ("server.address".to_owned(), Value::Str(host.to_owned())),
+            ("server.port".to_owned(), Value::Int(port)),
+        ];
+        let i = slf.borrow_mut().child(name, 0, CLIENT, now_ns(), attrs)?;
+        Ok(handle(slf, i))
     }
 
     /// An upstream attempt, a CLIENT child of the server span: `{method} {path}` (the
-    /// target's path, latin-1), with its method, server address and port, and path.
-    fn open_attempt(
-        &mut self,
+    /// target's path, latin-1), with its method, server address and port, and path; ended
+    /// by `attempt_done` (or failed).
+    fn attempt(
+        slf: &Bound<'_, Self>,
         method: &[u8],
         target: &[u8],
         host: &str,
         port: i64,
-    ) -> PyResult<usize> {
+    ) -> PyResult<SpanHandle> {
         let method: String = method.iter().map(|&b| b as char).collect();
         let path_end = memchr::memchr(b'?', target).unwrap_or(target.len());
         let path: String = target[..path_end].iter().map(|&b| b as char).collect();
+        let name = format!("{method} {path}");
         let attributes = vec![
-            ("http.request.method".to_owned(), Value::Str(method.clone())),
+            ("http.request.method".to_owned(), Value::Str(method)),
             ("server.address".to_owned(), Value::Str(host.to_owned())),
             ("server.port".to_owned(), Value::Int(port)),
-            ("url.path".to_owned(), Value::Str(path.clone())),
+            ("url.path".to_owned(), Value::Str(path)),
         ];
-        self.child(format!("{method} {path}"), 0, CLIENT, now_ns(), attributes)
+        let i = slf
+            .borrow_mut()
+            .child(name, 0, CLIENT, now_ns(), attributes)?;
+        Ok(handle(slf, i))
     }
 
-    /// Ends attempt `i` with the upstream's status (5xx: failed, `error.type` the
-    /// status) and whether it opened its connection.
-    fn close_attempt<'py>(
+    /// The attempt's response head came: its status (5xx: failed, `error.type` the status)
+    /// and whether it opened its connection (its time then includes the connect and TLS
+    /// handshake).
+    fn attempt_done(
         &mut self,
-        py: Python<'py>,
-        i: usize,
+        py: Python<'_>,
+        span: &SpanHandle,
         status: i64,
         new_connection: bool,
-    ) -> PyResult<Ended<'py>> {
-        let span = self.at(i)?;
+    ) -> PyResult<()> {
+        let i = span.index;
+        let s = self.at(i)?;
         set_value(
-            &mut span.attributes,
+            &mut s.attributes,
             "http.response.status_code".to_owned(),
             Some(Value::Int(status)),
         );
         set_value(
-            &mut span.attributes,
+            &mut s.attributes,
             "edgegw.upstream.new_connection".to_owned(),
             Some(Value::Bool(new_connection)),
         );
         if status >= 500 {
             self.mark_failed(i, &status.to_string())?;
         }
-        self.close_at(py, i)
-    }
-
-    /// A connection opened for span `parent`, from `start_ns` to now: a `connect` child,
-    /// failed with `error` when it did.
-    #[pyo3(signature = (parent, start_ns, host, port, error=None))]
-    fn connect<'py>(
-        &mut self,
-        py: Python<'py>,
-        parent: usize,
-        start_ns: u64,
-        host: &str,
-        port: i64,
-        error: Option<&str>,
-    ) -> PyResult<Ended<'py>> {
-        let attributes = vec![
-            ("server.address".to_owned(), Value::Str(host.to_owned())),
-            ("server.port".to_owned(), Value::Int(port)),
-        ];
-        let i = self.child("connect".to_owned(), parent, INTERNAL, start_ns, attributes)?;
-        if let Some(code) = error {
-            self.mark_failed(i, code)?;
-        }
-        self.close_at(py, i)
-    }
-
-    /// The W3C `traceparent` naming span `i` as the parent (sampled).
-    fn traceparent<'py>(&mut self, py: Python<'py>, i: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let span_id = self.at(i)?.span_id;
-        let value = format!("00-{:032x}-{:016x}-01", self.trace_id, span_id);
-        Ok(PyBytes::new(py, value.as_bytes()))
-    }
-
-    fn span_id(&mut self, i: usize) -> PyResult<u64> {
-        Ok(self.at(i)?.span_id)
-    }
-
-    fn set(&mut self, i: usize, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        set_one(&mut self.at(i)?.attributes, key, value)
-    }
-
-    /// Every item of a dict, as `set` would.
-    fn update(&mut self, i: usize, attrs: &Bound<'_, PyDict>) -> PyResult<()> {
-        let span = self.at(i)?;
-        for (k, v) in attrs.iter() {
-            set_one(&mut span.attributes, k.extract()?, &v)?;
-        }
+        self.close_at(py, i)?;
         Ok(())
     }
 
-    /// Span `i` failed: `error.type` is `code`, its status an error.
-    fn fail(&mut self, i: usize, code: &str) -> PyResult<()> {
-        self.mark_failed(i, code)
+    /// The hook `UpstreamPool.send` calls for each connection the attempt `span` opens
+    /// (`ConnectHook`); a kept-alive connection makes none.
+    fn on_connect(
+        slf: &Bound<'_, Self>,
+        span: &SpanHandle,
+        host: String,
+        port: i64,
+    ) -> ConnectHook {
+        ConnectHook {
+            record: slf.clone().unbind(),
+            index: span.index,
+            host,
+            port,
+        }
+    }
+
+    /// `traceparent` (and `tracestate`) naming `span` as the parent (sampled), for the
+    /// upstream.
+    fn upstream_headers<'py>(
+        &mut self,
+        py: Python<'py>,
+        span: &SpanHandle,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let span_id = self.at(span.index)?.span_id;
+        let value = format!("00-{:032x}-{:016x}-01", self.trace_id, span_id);
+        let out = PyList::empty(py);
+        out.append((
+            PyBytes::new(py, b"traceparent"),
+            PyBytes::new(py, value.as_bytes()),
+        ))?;
+        if !self.trace_state.is_empty() {
+            out.append((
+                PyBytes::new(py, b"tracestate"),
+                PyBytes::new(py, self.trace_state.as_bytes()),
+            ))?;
+        }
+        Ok(out)
+    }
+
+    /// `span` failed: `error.type` names `e` (a code, or an exception's code, reason or
+    /// class).
+    fn fail(&mut self, span: &SpanHandle, e: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.mark_failed(span.index, &error_type(e)?)
+    }
+
+    /// A prompt or completion as an event of `span`, only with TELEMETRY_TRACING_CONTENT
+    /// (bytes are decoded only then): `gen_ai.content`, its first 4,096 characters.
+    fn content(
+        &mut self,
+        span: &SpanHandle,
+        event: String,
+        text: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        if self.completion.is_none() {
+            return Ok(());
+        }
+        let text = if let Ok(b) = text.cast::<PyBytes>() {
+            String::from_utf8_lossy(b.as_bytes()).into_owned()
+        } else {
+            text.extract::<String>()?
+        };
+        let attrs = vec![(
+            "gen_ai.content".to_owned(),
+            Value::Str(clip_to(&text, MAX_CONTENT_CHARS)),
+        )];
+        self.add_event(span.index, event, attrs)
     }
 
     /// The GenAI semantic-convention attributes of a chat or completions request, on
     /// the server span: operation, provider (and its older name `gen_ai.system`),
     /// request and response model (clipped), token usage (OpenAI's or Anthropic's
-    /// member names), finish reasons, time to first token.
+    /// member names), finish reasons, time to first token; and with
+    /// TELEMETRY_TRACING_CONTENT the answer's `gen_ai.choice` events (`Completion.record`).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (operation, provider, model, response_model, usage, finish_reasons, ttft_s))]
+    #[pyo3(signature = (*, operation, provider, model, response_model, usage, finish_reasons, ttft_s))]
     fn generation(
-        &mut self,
+        slf: &Bound<'_, Self>,
         operation: &str,
         provider: &str,
         model: &str,
@@ -585,64 +887,72 @@ impl TraceRecord {
                 token_count(u, "completion_tokens", "output_tokens")?,
             );
         }
-        let attrs = &mut self.at(0)?.attributes;
-        set_str(attrs, "gen_ai.operation.name", operation);
-        set_str(attrs, "gen_ai.provider.name", provider);
-        set_str(attrs, "gen_ai.system", provider);
-        set_value(
-            attrs,
-            "gen_ai.request.model".to_owned(),
-            Some(Value::Str(clip(model))),
-        );
-        if let Some(m) = response_model.filter(|m| !m.is_empty()) {
+        let completion = {
+            let mut this = slf.borrow_mut();
+            let attrs = &mut this.at(0)?.attributes;
+            set_str(attrs, "gen_ai.operation.name", operation);
+            set_str(attrs, "gen_ai.provider.name", provider);
+            set_str(attrs, "gen_ai.system", provider);
             set_value(
                 attrs,
-                "gen_ai.response.model".to_owned(),
-                Some(Value::Str(clip(m))),
+                "gen_ai.request.model".to_owned(),
+                Some(Value::Str(clip(model))),
             );
-        }
-        if let Some(n) = tokens.0 {
-            set_value(
-                attrs,
-                "gen_ai.usage.input_tokens".to_owned(),
-                Some(Value::Int(n)),
-            );
-        }
-        if let Some(n) = tokens.1 {
-            set_value(
-                attrs,
-                "gen_ai.usage.output_tokens".to_owned(),
-                Some(Value::Int(n)),
-            );
-        }
-        if !finish_reasons.is_empty() {
-            let reasons = finish_reasons.iter().map(|r| Value::Str(clip(r))).collect();
-            set_value(
-                attrs,
-                "gen_ai.response.finish_reasons".to_owned(),
-                Some(Value::Array(reasons)),
-            );
-        }
-        if let Some(t) = ttft_s {
-            set_value(
-                attrs,
-                "gen_ai.server.time_to_first_token".to_owned(),
-                Some(Value::Double(t)),
-            );
+            if let Some(m) = response_model.filter(|m| !m.is_empty()) {
+                set_value(
+                    attrs,
+                    "gen_ai.response.model".to_owned(),
+                    Some(Value::Str(clip(m))),
+                );
+            }
+            if let Some(n) = tokens.0 {
+                set_value(
+                    attrs,
+                    "gen_ai.usage.input_tokens".to_owned(),
+                    Some(Value::Int(n)),
+                );
+            }
+            if let Some(n) = tokens.1 {
+                set_value(
+                    attrs,
+                    "gen_ai.usage.output_tokens".to_owned(),
+                    Some(Value::Int(n)),
+                );
+            }
+            if !finish_reasons.is_empty() {
+                let reasons = finish_reasons.iter().map(|r| Value::Str(clip(r))).collect();
+                set_value(
+                    attrs,
+                    "gen_ai.response.finish_reasons".to_owned(),
+                    Some(Value::Array(reasons)),
+                );
+            }
+            if let Some(t) = ttft_s {
+                set_value(
+                    attrs,
+                    "gen_ai.server.time_to_first_token".to_owned(),
+                    Some(Value::Double(t)),
+                );
+            }
+            this.completion.as_ref().map(|c| c.clone_ref(slf.py()))
+        };
+        if let Some(c) = completion {
+            c.bind(slf.py()).call_method1("record", (handle(slf, 0),))?;
         }
         Ok(())
     }
 
     /// Ends the server span with the answer's status (None: none was sent) and the
-    /// error code that ended the request: failed on an error, no answer or a 5xx.
-    /// Returns the entries to export.
+    /// error code that ended the request: failed on an error, no answer or a 5xx. The
+    /// trace's ended spans go to the queue; returns whether a whole batch waits there (the
+    /// export task is then woken).
     #[pyo3(signature = (status, error=None))]
-    fn finish<'py>(
+    fn finish(
         &mut self,
-        py: Python<'py>,
+        py: Python<'_>,
         status: Option<i64>,
         error: Option<&str>,
-    ) -> PyResult<Ended<'py>> {
+    ) -> PyResult<bool> {
         let span = self.at(0)?;
         if let Some(s) = status {
             set_value(
@@ -658,6 +968,19 @@ impl TraceRecord {
             span.error = true;
         }
         self.close_at(py, 0)
+    }
+
+    fn set(&mut self, i: usize, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        set_one(&mut self.at(i)?.attributes, key, value)
+    }
+
+    /// Every item of a dict, as `set` would.
+    fn update(&mut self, i: usize, attrs: &Bound<'_, PyDict>) -> PyResult<()> {
+        let span = self.at(i)?;
+        for (k, v) in attrs.iter() {
+            set_one(&mut span.attributes, k.extract()?, &v)?;
+        }
+        Ok(())
     }
 
     /// A span event, unless the span holds `limit` already; false when it was not kept.
@@ -682,11 +1005,6 @@ impl TraceRecord {
         Ok(true)
     }
 
-    /// Ends span `i` now (once): the entries to export once the server span has ended.
-    fn close<'py>(&mut self, py: Python<'py>, i: usize) -> PyResult<Ended<'py>> {
-        self.close_at(py, i)
-    }
-
     /// Ends span `i` at `end_ns`, failed if `error`; true once the first span (the
     /// request's server span) has ended, when what ended is to be exported.
     fn end(&mut self, i: usize, end_ns: u64, error: bool) -> PyResult<bool> {
@@ -703,9 +1021,125 @@ impl TraceRecord {
     }
 }
 
+#[pymethods]
+impl SpanHandle {
+    #[getter]
+    fn span_id(&self, py: Python<'_>) -> PyResult<u64> {
+        Ok(self.record.bind(py).borrow_mut().at(self.index)?.span_id)
+    }
+
+    fn set_attribute(&self, py: Python<'_>, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.record
+            .bind(py)
+            .borrow_mut()
+            .set(self.index, key, value)
+    }
+
+    /// Every item of a mapping, as `set_attribute` would.
+    fn set_attributes(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<()> {
+        let d = match attributes.cast::<PyDict>() {
+            Ok(d) => d.clone(),
+            Err(_) => PyDict::from_sequence(&attributes.call_method0("items")?)?,
+        };
+        self.record.bind(py).borrow_mut().update(self.index, &d)
+    }
+
+    /// An event now (at most 128 a span).
+    #[pyo3(signature = (name, attributes=None))]
+    fn add_event(
+        &self,
+        py: Python<'_>,
+        name: String,
+        attributes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let attrs = match attributes {
+            Some(a) => match a.cast::<PyDict>() {
+                Ok(d) => self::attributes(d.as_any())?,
+                Err(_) => {
+                    self::attributes(PyDict::from_sequence(&a.call_method0("items")?)?.as_any())?
+                }
+            },
+            None => Vec::new(),
+        };
+        self.record
+            .bind(py)
+            .borrow_mut()
+            .add_event(self.index, name, attrs)
+    }
+
+    /// Failed: `error.type` names `e` (a code, or an exception's code, reason or class).
+    fn fail(&self, py: Python<'_>, e: &Bound<'_, PyAny>) -> PyResult<()> {
+        let code = error_type(e)?;
+        self.record
+            .bind(py)
+            .borrow_mut()
+            .mark_failed(self.index, &code)
+    }
+
+    /// Ended (once); exported with the trace's spans when the server span ends, or at once
+    /// when that has.
+    fn end(&self, py: Python<'_>) -> PyResult<()> {
+        self.record.bind(py).borrow_mut().close_at(py, self.index)?;
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (_kind, e, _tb))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: &Bound<'_, PyAny>,
+        e: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let code = if e.is_none() {
+            None
+        } else {
+            Some(error_type(e)?)
+        };
+        let mut record = self.record.bind(py).borrow_mut();
+        if let Some(code) = code {
+            record.mark_failed(self.index, &code)?;
+        }
+        record.close_at(py, self.index)?;
+        Ok(false)
+    }
+}
+
+#[pymethods]
+impl ConnectHook {
+    /// A connection begun at `started_ns` was opened now, or failed with `error`.
+    #[pyo3(signature = (started_ns, error=None))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        started_ns: u64,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let code = match error {
+            Some(e) if !e.is_none() => Some(error_type(e)?),
+            _ => None,
+        };
+        self.record.bind(py).borrow_mut().connect(
+            py,
+            self.index,
+            started_ns,
+            &self.host,
+            self.port,
+            code.as_deref(),
+        )
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_otlp_spans, m)?)?;
     m.add_function(wrap_pyfunction!(encode_otlp_trace, m)?)?;
     m.add_class::<TraceRecord>()?;
+    m.add_class::<SpanHandle>()?;
+    m.add_class::<ConnectHook>()?;
+    m.add_class::<SpanQueue>()?;
     m.add_function(wrap_pyfunction!(encode_otlp_batch, m)?)
 }
