@@ -28,9 +28,7 @@ def one_request(tracing: Tracing) -> None:
     with trace.span("route", **{"gen_ai.request.model": "openai/gpt-4o-mini"}) as span:
         span.set_attribute("edgegw.route.target", "openai")
         span.set_attribute("edgegw.route.named_profile", False)
-    attempt = trace.attempt(b"POST", b"/v1/chat/completions", "127.0.0.1", 9000)
-    trace.upstream_headers(attempt)
-    trace.on_connect(attempt, "127.0.0.1", 9000)
+    attempt, _, _ = trace.attempt(b"POST", b"/v1/chat/completions", "127.0.0.1", 9000)
     trace.attempt_done(attempt, 200, False)
     trace.generation(
         operation="chat",

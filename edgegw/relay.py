@@ -347,13 +347,11 @@ async def send_traced(
         if call.trace_context:
             sent += call.trace_context
         return await pool.send(origin, method, target, sent, body)
-    span = trace.attempt(method, target, origin.host, origin.port)
-    sent += trace.upstream_headers(span)
+    span, context, on_connect = trace.attempt(method, target, origin.host, origin.port)
+    sent += context
     opened = pool.open_connections
     try:
-        resp = await pool.send(
-            origin, method, target, sent, body, trace.on_connect(span, origin.host, origin.port)
-        )
+        resp = await pool.send(origin, method, target, sent, body, on_connect)
     except BaseException as e:
         span.fail(e)
         span.end()

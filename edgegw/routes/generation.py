@@ -78,7 +78,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     else:
         with trace.span("parse"):
             req = parse(body)
-        trace.content(trace.server, "gen_ai.user.message", body)
+        trace.prompt(body)
     call.note.model = req.model
     started = trio.current_time()
     provider = "unknown"

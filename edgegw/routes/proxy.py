@@ -89,11 +89,10 @@ async def proxy(gw: Gateway, call: Call) -> None:
     headers.append((b"x-request-id", call.request_id.encode()))
     span = on_connect = None
     if call.trace is not None:
-        span = call.trace.start_client(
+        span, context, on_connect = call.trace.start_client(
             f"{call.method} {path.decode('latin-1')}", target.origin.host, target.origin.port
         )
-        headers += call.trace.upstream_headers(span)
-        on_connect = call.trace.on_connect(span, target.origin.host, target.origin.port)
+        headers += context
     else:
         headers += call.trace_context
     limit = gw.settings.max_body_bytes

@@ -603,6 +603,42 @@ fn handle(record: &Bound<'_, TraceRecord>, index: usize) -> SpanHandle {
     }
 }
 
+/// An upstream attempt's span, the headers naming it the upstream's parent (`traceparent`,
+/// and the client's `tracestate`), and its connect hook.
+type Attempt<'py> = (SpanHandle, Bound<'py, PyList>, ConnectHook);
+
+fn attempt_of<'py>(
+    slf: &Bound<'py, TraceRecord>,
+    i: usize,
+    host: String,
+    port: i64,
+) -> PyResult<Attempt<'py>> {
+    let py = slf.py();
+    let headers = PyList::empty(py);
+    {
+        let mut this = slf.borrow_mut();
+        let span_id = this.at(i)?.span_id;
+        let value = format!("00-{:032x}-{:016x}-01", this.trace_id, span_id);
+        headers.append((
+            PyBytes::new(py, b"traceparent"),
+            PyBytes::new(py, value.as_bytes()),
+        ))?;
+        if !this.trace_state.is_empty() {
+            headers.append((
+                PyBytes::new(py, b"tracestate"),
+                PyBytes::new(py, this.trace_state.as_bytes()),
+            ))?;
+        }
+    }
+    let hook = ConnectHook {
+        record: slf.clone().unbind(),
+        index: i,
+        host,
+        port,
+    };
+    Ok((handle(slf, i), headers, hook))
+}
+
 #[pymethods]
 impl TraceRecord {
     #[new]
@@ -725,45 +761,47 @@ impl TraceRecord {
     }
 
     /// A CLIENT child of the server span, now, to `host`:`port` (a proxied request), ended
-    /// by the caller.
-    fn start_client(
-        slf: &Bound<'_, Self>,
+    /// by the caller; with its `traceparent` headers and connect hook, as `attempt`.
+    fn start_client<'py>(
+        slf: &Bound<'py, Self>,
         name: String,
-        host: &str,
+        host: String,
         port: i64,
-    ) -> PyResult<SpanHandle> {
+    ) -> PyResult<Attempt<'py>> {
         let attrs = vec![
-            ("server.address".to_owned(), Value::Str(host.to_owned())),
+            ("server.address".to_owned(), Value::Str(host.clone())),
             ("server.port".to_owned(), Value::Int(port)),
         ];
         let i = slf.borrow_mut().child(name, 0, CLIENT, now_ns(), attrs)?;
-        Ok(handle(slf, i))
+        attempt_of(slf, i, host, port)
     }
 
     /// An upstream attempt, a CLIENT child of the server span: `{method} {path}` (the
     /// target's path, latin-1), with its method, server address and port, and path; ended
-    /// by `attempt_done` (or failed).
-    fn attempt(
-        slf: &Bound<'_, Self>,
+    /// by `attempt_done` (or failed). Returned with the headers that name it upstream's
+    /// parent and the hook `UpstreamPool.send` calls for each connection it opens (one call
+    /// for the three: bench/README.md).
+    fn attempt<'py>(
+        slf: &Bound<'py, Self>,
         method: &[u8],
         target: &[u8],
-        host: &str,
+        host: String,
         port: i64,
-    ) -> PyResult<SpanHandle> {
+    ) -> PyResult<Attempt<'py>> {
         let method: String = method.iter().map(|&b| b as char).collect();
         let path_end = memchr::memchr(b'?', target).unwrap_or(target.len());
         let path: String = target[..path_end].iter().map(|&b| b as char).collect();
         let name = format!("{method} {path}");
         let attributes = vec![
             ("http.request.method".to_owned(), Value::Str(method)),
-            ("server.address".to_owned(), Value::Str(host.to_owned())),
+            ("server.address".to_owned(), Value::Str(host.clone())),
             ("server.port".to_owned(), Value::Int(port)),
             ("url.path".to_owned(), Value::Str(path)),
         ];
         let i = slf
             .borrow_mut()
             .child(name, 0, CLIENT, now_ns(), attributes)?;
-        Ok(handle(slf, i))
+        attempt_of(slf, i, host, port)
     }
 
     /// The attempt's response head came: its status (5xx: failed, `error.type` the status)
@@ -795,72 +833,25 @@ impl TraceRecord {
         Ok(())
     }
 
-    /// The hook `UpstreamPool.send` calls for each connection the attempt `span` opens
-    /// (`ConnectHook`); a kept-alive connection makes none.
-    fn on_connect(
-        slf: &Bound<'_, Self>,
-        span: &SpanHandle,
-        host: String,
-        port: i64,
-    ) -> ConnectHook {
-        ConnectHook {
-            record: slf.clone().unbind(),
-            index: span.index,
-            host,
-            port,
-        }
-    }
-
-    /// `traceparent` (and `tracestate`) naming `span` as the parent (sampled), for the
-    /// upstream.
-    fn upstream_headers<'py>(
-        &mut self,
-        py: Python<'py>,
-        span: &SpanHandle,
-    ) -> PyResult<Bound<'py, PyList>> {
-        let span_id = self.at(span.index)?.span_id;
-        let value = format!("00-{:032x}-{:016x}-01", self.trace_id, span_id);
-        let out = PyList::empty(py);
-        out.append((
-            PyBytes::new(py, b"traceparent"),
-            PyBytes::new(py, value.as_bytes()),
-        ))?;
-        if !self.trace_state.is_empty() {
-            out.append((
-                PyBytes::new(py, b"tracestate"),
-                PyBytes::new(py, self.trace_state.as_bytes()),
-            ))?;
-        }
-        Ok(out)
-    }
-
     /// `span` failed: `error.type` names `e` (a code, or an exception's code, reason or
     /// class).
     fn fail(&mut self, span: &SpanHandle, e: &Bound<'_, PyAny>) -> PyResult<()> {
         self.mark_failed(span.index, &error_type(e)?)
     }
 
-    /// A prompt or completion as an event of `span`, only with TELEMETRY_TRACING_CONTENT
-    /// (bytes are decoded only then): `gen_ai.content`, its first 4,096 characters.
-    fn content(
-        &mut self,
-        span: &SpanHandle,
-        event: String,
-        text: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    /// The request body (the prompt) as the server span's `gen_ai.user.message` event, only
+    /// with TELEMETRY_TRACING_CONTENT (decoded only then): `gen_ai.content`, its first 4,096
+    /// characters.
+    fn prompt(&mut self, body: &[u8]) -> PyResult<()> {
         if self.completion.is_none() {
             return Ok(());
         }
-        let text = if let Ok(b) = text.cast::<PyBytes>() {
-            String::from_utf8_lossy(b.as_bytes()).into_owned()
-        } else {
-            text.extract::<String>()?
-        };
+        let text = String::from_utf8_lossy(body);
         let attrs = vec![(
             "gen_ai.content".to_owned(),
             Value::Str(clip_to(&text, MAX_CONTENT_CHARS)),
         )];
-        self.add_event(span.index, event, attrs)
+        self.add_event(0, "gen_ai.user.message".to_owned(), attrs)
     }
 
     /// The GenAI semantic-convention attributes of a chat or completions request, on
