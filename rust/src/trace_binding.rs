@@ -596,6 +596,14 @@ impl TraceRecord {
     }
 }
 
+/// A mapping's items as a dict (a dict as it is).
+fn as_dict<'py>(mapping: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    match mapping.cast::<PyDict>() {
+        Ok(d) => Ok(d.clone()),
+        Err(_) => PyDict::from_sequence(&mapping.call_method0("items")?),
+    }
+}
+
 fn handle(record: &Bound<'_, TraceRecord>, index: usize) -> SpanHandle {
     SpanHandle {
         record: record.clone().unbind(),
@@ -1028,10 +1036,7 @@ impl SpanHandle {
 
     /// Every item of a mapping, as `set_attribute` would.
     fn set_attributes(&self, py: Python<'_>, attributes: &Bound<'_, PyAny>) -> PyResult<()> {
-        let d = match attributes.cast::<PyDict>() {
-            Ok(d) => d.clone(),
-            Err(_) => PyDict::from_sequence(&attributes.call_method0("items")?)?,
-        };
+        let d = as_dict(attributes)?;
         self.record.bind(py).borrow_mut().update(self.index, &d)
     }
 
@@ -1044,12 +1049,7 @@ impl SpanHandle {
         attributes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let attrs = match attributes {
-            Some(a) => match a.cast::<PyDict>() {
-                Ok(d) => self::attributes(d.as_any())?,
-                Err(_) => {
-                    self::attributes(PyDict::from_sequence(&a.call_method0("items")?)?.as_any())?
-                }
-            },
+            Some(a) => self::attributes(as_dict(a)?.as_any())?,
             None => Vec::new(),
         };
         self.record
