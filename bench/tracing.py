@@ -25,6 +25,13 @@ connection a batch) parsed each batch on core 0 beside the load generator.
 
     python -m bench.tracing [--rounds 5] [--seconds 6] [--rate 400] [--go] [--base DIR]
     python -m bench.tracing --paired [--rounds 6] [--pairs 4] [--seconds 4]
+    python -m bench.tracing --interleaved [--rounds 4] [--pairs 60] [--slot-s 1]
+
+`--interleaved` (Go) is `--paired` with the phases one --slot-s slot each, in one load
+generator process (`gopeer load --slots`), so a gateway's pairs are measured seconds apart
+with no restart between them: per pair the difference of the server's CPU per request over
+the two slots; the figure quoted is the mean of all pairs with a bootstrap 95 % interval
+(pairs resampled), next to the median.
 """
 
 from __future__ import annotations
@@ -169,6 +176,79 @@ def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     )
 
 
+def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
+    """`--interleaved`: `--rounds` fresh gateways, each measured over `--pairs` pairs of
+    slots (sampled, not sampled, in random order within each pair)."""
+    mock_port = free_port()
+    parent = "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-"
+    per_req: dict[str, list[float]] = {"a": [], "b": []}  # a: sampled, b: not sampled
+    diffs: list[float] = []
+    system = {"a": [0.0, 0], "b": [0.0, 0]}  # kernel CPU seconds, answers
+    print(f"load average before: {loadavg()}")
+    with process(
+        ["mock", "--port", str(mock_port), "--tokens", "200"], CORE_A, port=mock_port,
+        exe=str(binary),
+    ):  # fmt: skip
+        for g in range(ns.rounds):
+            order = "".join(random.choice(("ab", "ba")) for _ in range(ns.pairs))
+            port = free_port()
+            with _gateway(port, mock_port, mock_port, True, None, "WARNING", {}) as proc:
+                meter = Meter.of_pid(proc.pid, "edgegw")
+                marks: list[tuple[str, float]] = []
+
+                def mark(phase: str, meter: Meter = meter, marks: list = marks) -> None:
+                    marks.append((phase, meter.cpu_s(), _system_s(proc.pid)))
+
+                args = ["load", "--port", str(port), "--path", "/v1/chat/completions",
+                        "--body-file", str(body), "--connections", str(ns.connections),
+                        "--warmup-s", "2", "--slots", order, "--slot-s", str(ns.slot_s),
+                        "--header", parent + "01", "--alt-header", parent + "00"]  # fmt: skip
+                result = gopeer.run(
+                    binary, args, mark,
+                    lambda: os.sched_setaffinity(0, {CORE_A}),
+                    timeout_s=ns.pairs * 2 * ns.slot_s + 60,
+                )  # fmt: skip
+                assert result["errors"] == 0, result["errors_by_kind"]
+            at = [(cpu, sys_s) for phase, cpu, sys_s in marks if phase in ("mark", "end")]
+            slot_cpu = [(at[2 * i + 1][0] - at[2 * i][0]) / n * 1e6 for i, n in
+                        enumerate(result["slots"])]  # fmt: skip
+            for i, (kind, x) in enumerate(zip(order, slot_cpu, strict=True)):
+                per_req[kind].append(x)
+                system[kind][0] += at[2 * i + 1][1] - at[2 * i][1]
+                system[kind][1] += result["slots"][i]
+            diffs += [
+                (slot_cpu[i] - slot_cpu[i + 1]) * (1 if order[i] == "a" else -1)
+                for i in range(0, len(order), 2)
+            ]
+            print(f"  gateway {g + 1}: {statistics.median(per_req['b'][-ns.pairs:]):.0f} µs/req "
+                  f"not sampled, pairs' mean {statistics.fmean(diffs[-ns.pairs:]):+.1f} µs")  # fmt: skip
+    print(f"load average after: {loadavg()}")
+    base = statistics.fmean(per_req["b"])
+    mean = statistics.fmean(diffs)
+    rng = random.Random(0)
+    boot = sorted(statistics.fmean(rng.choices(diffs, k=len(diffs))) for _ in range(2000))
+    lo, hi = boot[49], boot[1949]
+    q = statistics.quantiles(diffs, n=4)
+    print(f"interleaved slots of {ns.slot_s:g} s, {ns.connections} connections (Go closed loop), "
+          f"{len(diffs)} pairs in {ns.rounds} gateways:")  # fmt: skip
+    print(f"  not sampled {base:.0f} µs/req (mean of slots), sampled "
+          f"{statistics.fmean(per_req['a']):.0f}")  # fmt: skip
+    print(
+        f"  recording and exporting a trace adds {mean:+.1f} µs/req ({100 * mean / base:+.1f} %), "
+        f"95 % interval {lo:+.1f} .. {hi:+.1f} ({100 * lo / base:+.1f} .. {100 * hi / base:+.1f} %); "
+        f"median of pairs {statistics.median(diffs):+.1f}, quartiles {q[0]:+.0f} .. {q[2]:+.0f}"
+    )
+    sys_a, sys_b = (system[k][0] / system[k][1] * 1e6 for k in "ab")
+    print(f"  of which in the kernel (stat's stime): {sys_a - sys_b:+.1f} µs/req "
+          f"({sys_b:.0f} µs/req not sampled)")  # fmt: skip
+
+
+def _system_s(pid: int) -> float:
+    """The process's kernel CPU seconds (/proc stat's stime: clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tracing")
     parser.add_argument("--rounds", type=int, default=5)
@@ -179,10 +259,17 @@ def main() -> None:
     parser.add_argument("--go", action="store_true", help="bench/gopeer's mock and closed loop")
     parser.add_argument("--paired", action="store_true", help="sampled vs not in one process")
     parser.add_argument("--pairs", type=int, default=4, help="with --paired: pairs a process")
+    parser.add_argument("--interleaved", action="store_true", help="--paired, a slot a phase")
+    parser.add_argument("--slot-s", type=float, default=1.0, help="with --interleaved")
     ns = parser.parse_args()
-    binary = gopeer.build() if ns.go or ns.paired else None
+    binary = gopeer.build() if ns.go or ns.paired or ns.interleaved else None
     body = Path(tempfile.mkdtemp(prefix="edgegw-tracing-")) / "chat.json"
     body.write_bytes(CHAT)
+    if ns.interleaved:
+        assert binary is not None
+        os.sched_setaffinity(0, {CORE_A})
+        interleaved(ns, binary, body)
+        return
     if ns.paired:
         assert binary is not None
         os.sched_setaffinity(0, {CORE_A})
