@@ -6,7 +6,54 @@ use std::collections::VecDeque;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use crate::otlp_trace::{self, Attributes, Event, Span, Value};
+use std::borrow::Cow;
+
+use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
+
+/// The span names, event names and attribute keys edgegw's own code passes in (spans of
+/// the request path, the MCP tool span, their attributes): kept as the static str, with no
+/// allocation; any other is copied.
+const KNOWN_NAMES: &[&str] = &[
+    "parse",
+    "route",
+    "route.attempt",
+    "authenticate",
+    "connect",
+    "edgegw.fallback",
+    "gen_ai.choice",
+    "gen_ai.request.model",
+    "gen_ai.provider.name",
+    "gen_ai.operation.name",
+    "gen_ai.tool.name",
+    "gen_ai.tool.type",
+    "gen_ai.tool.call.id",
+    "gen_ai.content",
+    "edgegw.route.target",
+    "edgegw.route.named_profile",
+    "edgegw.route.reason",
+    "edgegw.fallback.reason",
+    "edgegw.sie_request_id",
+    "http.response.status_code",
+    "finish_reason",
+    "index",
+    "to",
+];
+
+/// `name` as a key: the static one when it is a known name.
+fn key_of(name: &str) -> Key {
+    match KNOWN_NAMES.iter().find(|k| **k == name) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(name.to_owned()),
+    }
+}
+
+/// A Python str as a key (KNOWN_NAMES).
+fn py_key(k: &Bound<'_, PyAny>) -> PyResult<Key> {
+    let s = k
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err("attribute keys must be str"))?;
+    Ok(key_of(s.to_str()?))
+}
 
 /// A Python attribute value as the SDK's encoder takes it; None for what it would
 /// drop (other types, an int outside int64).
@@ -41,10 +88,11 @@ fn attributes(d: &Bound<'_, PyAny>) -> PyResult<Attributes> {
     let d = d
         .cast::<PyDict>()
         .map_err(|_| PyTypeError::new_err("span attributes must be a dict"))?;
-    let mut out = Vec::with_capacity(d.len());
+    // Room for two more (the route span's set_attribute calls).
+    let mut out = Vec::with_capacity(d.len() + 2);
     for (k, v) in d.iter() {
         if let Some(v) = value(&v)? {
-            out.push((k.extract::<String>()?, v));
+            out.push((py_key(&k)?, v));
         }
     }
     Ok(out)
@@ -75,7 +123,7 @@ fn make_span(args: SpanArgs<'_>) -> PyResult<Span> {
         .into_iter()
         .map(|(name, a, time_unix_nano)| {
             Ok(Event {
-                name,
+                name: name.into(),
                 time_unix_nano,
                 attributes: attributes(&a)?,
             })
@@ -87,7 +135,7 @@ fn make_span(args: SpanArgs<'_>) -> PyResult<Span> {
         parent_id: ids.2,
         remote_parent,
         trace_state,
-        name,
+        name: name.into(),
         kind,
         start_unix_nano: times.0,
         end_unix_nano: times.1,
@@ -354,7 +402,7 @@ struct ConnectHook {
     port: i64,
 }
 
-fn set_one(attrs: &mut Attributes, key: String, v: &Bound<'_, PyAny>) -> PyResult<()> {
+fn set_one(attrs: &mut Attributes, key: Key, v: &Bound<'_, PyAny>) -> PyResult<()> {
     // A dict's semantics: a key set again keeps its place; a value the encoder drops
     // (`value` None) leaves the key out.
     let v = value(v)?;
@@ -362,7 +410,7 @@ fn set_one(attrs: &mut Attributes, key: String, v: &Bound<'_, PyAny>) -> PyResul
     Ok(())
 }
 
-fn set_value(attrs: &mut Attributes, key: String, v: Option<Value>) {
+fn set_value(attrs: &mut Attributes, key: Key, v: Option<Value>) {
     match (attrs.iter().position(|(k, _)| *k == key), v) {
         (Some(i), Some(v)) => attrs[i].1 = v,
         (Some(i), None) => {
@@ -373,8 +421,8 @@ fn set_value(attrs: &mut Attributes, key: String, v: Option<Value>) {
     }
 }
 
-fn set_str(attrs: &mut Attributes, key: &str, v: &str) {
-    set_value(attrs, key.to_owned(), Some(Value::Str(v.to_owned())));
+fn set_str(attrs: &mut Attributes, key: &'static str, v: &str) {
+    set_value(attrs, Cow::Borrowed(key), Some(Value::Str(v.to_owned())));
 }
 
 /// An attribute value from a client (a model name): its first MAX_ATTRIBUTE_CHARS
@@ -394,6 +442,16 @@ fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The low `out.len()` hex digits of `v`, lowercase, zero-padded (what `{:032x}` writes,
+/// without the formatting machinery: two of these a traced request).
+fn put_hex(mut v: u128, out: &mut [u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in out.iter_mut().rev() {
+        *b = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+    }
 }
 
 /// splitmix64's finalizer over the seed's sequence: never 0 (an invalid span id).
@@ -445,6 +503,12 @@ const CLIENT: i32 = 3;
 const MAX_EVENTS: usize = 128;
 /// TELEMETRY_TRACING_CONTENT: characters kept a prompt or completion event.
 const MAX_CONTENT_CHARS: usize = 4096;
+/// Attributes a server span has room for from the start: its own three, the GenAI ones,
+/// the status and error.type (no growth of the list a request).
+const SERVER_ATTRIBUTES: usize = 16;
+/// Attributes an upstream attempt's span has room for: its four, the status and whether
+/// it opened its connection, error.type.
+const CLIENT_ATTRIBUTES: usize = 8;
 
 impl TraceRecord {
     fn at(&mut self, i: usize) -> PyResult<&mut Span> {
@@ -456,7 +520,7 @@ impl TraceRecord {
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
-        name: String,
+        name: Key,
         span_id: u64,
         parent_id: Option<u64>,
         remote_parent: bool,
@@ -486,7 +550,7 @@ impl TraceRecord {
     /// A child of span `parent`, its id from the seed.
     fn child(
         &mut self,
-        name: String,
+        name: Key,
         parent: usize,
         kind: i32,
         start_ns: u64,
@@ -504,7 +568,7 @@ impl TraceRecord {
         Ok(())
     }
 
-    fn add_event(&mut self, i: usize, name: String, attributes: Attributes) -> PyResult<()> {
+    fn add_event(&mut self, i: usize, name: Key, attributes: Attributes) -> PyResult<()> {
         let span = self.at(i)?;
         if span.events.len() < MAX_EVENTS {
             span.events.push(Event {
@@ -584,10 +648,10 @@ impl TraceRecord {
         error: Option<&str>,
     ) -> PyResult<()> {
         let attributes = vec![
-            ("server.address".to_owned(), Value::Str(host.to_owned())),
-            ("server.port".to_owned(), Value::Int(port)),
+            ("server.address".into(), Value::Str(host.to_owned())),
+            ("server.port".into(), Value::Int(port)),
         ];
-        let i = self.child("connect".to_owned(), parent, INTERNAL, start_ns, attributes)?;
+        let i = self.child("connect".into(), parent, INTERNAL, start_ns, attributes)?;
         if let Some(code) = error {
             self.mark_failed(i, code)?;
         }
@@ -626,10 +690,16 @@ fn attempt_of<'py>(
     {
         let mut this = slf.borrow_mut();
         let span_id = this.at(i)?.span_id;
-        let value = format!("00-{:032x}-{:016x}-01", this.trace_id, span_id);
+        // 00-{trace id}-{span id}-01
+        let mut value = [0u8; 55];
+        value[..3].copy_from_slice(b"00-");
+        put_hex(this.trace_id, &mut value[3..35]);
+        value[35] = b'-';
+        put_hex(u128::from(span_id), &mut value[36..52]);
+        value[52..].copy_from_slice(b"-01");
         headers.append((
             PyBytes::new(py, b"traceparent"),
-            PyBytes::new(py, value.as_bytes()),
+            PyBytes::new(py, &value),
         ))?;
         if !this.trace_state.is_empty() {
             headers.append((
@@ -688,7 +758,7 @@ impl TraceRecord {
             None => Vec::new(),
         };
         Ok(self.push(
-            name,
+            name.into(),
             span_id,
             parent_id,
             remote_parent,
@@ -708,21 +778,17 @@ impl TraceRecord {
         request_id: &str,
         parent_id: Option<u64>,
     ) -> usize {
-        let attributes = vec![
-            (
-                "http.request.method".to_owned(),
-                Value::Str(method.to_owned()),
-            ),
-            ("url.path".to_owned(), Value::Str(path.to_owned())),
-            (
-                "edgegw.request_id".to_owned(),
-                Value::Str(request_id.to_owned()),
-            ),
-        ];
+        // Room for what the request adds: the GenAI attributes, the status, error.type.
+        let mut attributes = Vec::with_capacity(SERVER_ATTRIBUTES);
+        attributes.extend([
+            ("http.request.method".into(), Value::Str(method.to_owned())),
+            ("url.path".into(), Value::Str(path.to_owned())),
+            ("edgegw.request_id".into(), Value::Str(request_id.to_owned())),
+        ]);
         let id = mixed_id(self.seed, self.spans.len() as u64);
         let remote = parent_id.is_some();
         self.push(
-            format!("{method} {path}"),
+            format!("{method} {path}").into(),
             id,
             parent_id,
             remote,
@@ -734,8 +800,11 @@ impl TraceRecord {
 
     /// The trace id, 32 hex digits (the metrics' exemplars, the access line).
     #[getter]
-    fn trace_id(&self) -> String {
-        format!("{:032x}", self.trace_id)
+    fn trace_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        let mut hex = [0u8; 32];
+        put_hex(self.trace_id, &mut hex);
+        // put_hex writes ASCII only.
+        PyString::new(py, std::str::from_utf8(&hex).unwrap_or_default())
     }
 
     /// The server span.
@@ -757,14 +826,16 @@ impl TraceRecord {
     #[pyo3(signature = (name, **attributes))]
     fn span(
         slf: &Bound<'_, Self>,
-        name: String,
+        name: &str,
         attributes: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<SpanHandle> {
         let attrs = match attributes {
             Some(a) => self::attributes(a.as_any())?,
             None => Vec::new(),
         };
-        let i = slf.borrow_mut().child(name, 0, INTERNAL, now_ns(), attrs)?;
+        let i = slf
+            .borrow_mut()
+            .child(key_of(name), 0, INTERNAL, now_ns(), attrs)?;
         Ok(handle(slf, i))
     }
 
@@ -776,11 +847,14 @@ impl TraceRecord {
         host: String,
         port: i64,
     ) -> PyResult<Attempt<'py>> {
-        let attrs = vec![
-            ("server.address".to_owned(), Value::Str(host.clone())),
-            ("server.port".to_owned(), Value::Int(port)),
-        ];
-        let i = slf.borrow_mut().child(name, 0, CLIENT, now_ns(), attrs)?;
+        let mut attrs = Vec::with_capacity(CLIENT_ATTRIBUTES);
+        attrs.extend([
+            ("server.address".into(), Value::Str(host.clone())),
+            ("server.port".into(), Value::Int(port)),
+        ]);
+        let i = slf
+            .borrow_mut()
+            .child(name.into(), 0, CLIENT, now_ns(), attrs)?;
         attempt_of(slf, i, host, port)
     }
 
@@ -800,15 +874,16 @@ impl TraceRecord {
         let path_end = memchr::memchr(b'?', target).unwrap_or(target.len());
         let path: String = target[..path_end].iter().map(|&b| b as char).collect();
         let name = format!("{method} {path}");
-        let attributes = vec![
-            ("http.request.method".to_owned(), Value::Str(method)),
-            ("server.address".to_owned(), Value::Str(host.clone())),
-            ("server.port".to_owned(), Value::Int(port)),
-            ("url.path".to_owned(), Value::Str(path)),
-        ];
+        let mut attributes = Vec::with_capacity(CLIENT_ATTRIBUTES);
+        attributes.extend([
+            ("http.request.method".into(), Value::Str(method)),
+            ("server.address".into(), Value::Str(host.clone())),
+            ("server.port".into(), Value::Int(port)),
+            ("url.path".into(), Value::Str(path)),
+        ]);
         let i = slf
             .borrow_mut()
-            .child(name, 0, CLIENT, now_ns(), attributes)?;
+            .child(name.into(), 0, CLIENT, now_ns(), attributes)?;
         attempt_of(slf, i, host, port)
     }
 
@@ -826,12 +901,12 @@ impl TraceRecord {
         let s = self.at(i)?;
         set_value(
             &mut s.attributes,
-            "http.response.status_code".to_owned(),
+            "http.response.status_code".into(),
             Some(Value::Int(status)),
         );
         set_value(
             &mut s.attributes,
-            "edgegw.upstream.new_connection".to_owned(),
+            "edgegw.upstream.new_connection".into(),
             Some(Value::Bool(new_connection)),
         );
         if status >= 500 {
@@ -856,10 +931,10 @@ impl TraceRecord {
         }
         let text = String::from_utf8_lossy(body);
         let attrs = vec![(
-            "gen_ai.content".to_owned(),
+            "gen_ai.content".into(),
             Value::Str(clip_to(&text, MAX_CONTENT_CHARS)),
         )];
-        self.add_event(0, "gen_ai.user.message".to_owned(), attrs)
+        self.add_event(0, "gen_ai.user.message".into(), attrs)
     }
 
     /// The GenAI semantic-convention attributes of a chat or completions request, on
@@ -894,27 +969,27 @@ impl TraceRecord {
             set_str(attrs, "gen_ai.system", provider);
             set_value(
                 attrs,
-                "gen_ai.request.model".to_owned(),
+                "gen_ai.request.model".into(),
                 Some(Value::Str(clip(model))),
             );
             if let Some(m) = response_model.filter(|m| !m.is_empty()) {
                 set_value(
                     attrs,
-                    "gen_ai.response.model".to_owned(),
+                    "gen_ai.response.model".into(),
                     Some(Value::Str(clip(m))),
                 );
             }
             if let Some(n) = tokens.0 {
                 set_value(
                     attrs,
-                    "gen_ai.usage.input_tokens".to_owned(),
+                    "gen_ai.usage.input_tokens".into(),
                     Some(Value::Int(n)),
                 );
             }
             if let Some(n) = tokens.1 {
                 set_value(
                     attrs,
-                    "gen_ai.usage.output_tokens".to_owned(),
+                    "gen_ai.usage.output_tokens".into(),
                     Some(Value::Int(n)),
                 );
             }
@@ -922,14 +997,14 @@ impl TraceRecord {
                 let reasons = finish_reasons.iter().map(|r| Value::Str(clip(r))).collect();
                 set_value(
                     attrs,
-                    "gen_ai.response.finish_reasons".to_owned(),
+                    "gen_ai.response.finish_reasons".into(),
                     Some(Value::Array(reasons)),
                 );
             }
             if let Some(t) = ttft_s {
                 set_value(
                     attrs,
-                    "gen_ai.server.time_to_first_token".to_owned(),
+                    "gen_ai.server.time_to_first_token".into(),
                     Some(Value::Double(t)),
                 );
             }
@@ -956,7 +1031,7 @@ impl TraceRecord {
         if let Some(s) = status {
             set_value(
                 &mut span.attributes,
-                "http.response.status_code".to_owned(),
+                "http.response.status_code".into(),
                 Some(Value::Int(s)),
             );
         }
@@ -969,15 +1044,15 @@ impl TraceRecord {
         self.close_at(py, 0)
     }
 
-    fn set(&mut self, i: usize, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        set_one(&mut self.at(i)?.attributes, key, value)
+    fn set(&mut self, i: usize, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        set_one(&mut self.at(i)?.attributes, key_of(key), value)
     }
 
     /// Every item of a dict, as `set` would.
     fn update(&mut self, i: usize, attrs: &Bound<'_, PyDict>) -> PyResult<()> {
         let span = self.at(i)?;
         for (k, v) in attrs.iter() {
-            set_one(&mut span.attributes, k.extract()?, &v)?;
+            set_one(&mut span.attributes, py_key(&k)?, &v)?;
         }
         Ok(())
     }
@@ -997,7 +1072,7 @@ impl TraceRecord {
             return Ok(false);
         }
         span.events.push(Event {
-            name,
+            name: name.into(),
             time_unix_nano: time_ns,
             attributes,
         });
@@ -1027,7 +1102,7 @@ impl SpanHandle {
         Ok(self.record.bind(py).borrow_mut().at(self.index)?.span_id)
     }
 
-    fn set_attribute(&self, py: Python<'_>, key: String, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_attribute(&self, py: Python<'_>, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
         self.record
             .bind(py)
             .borrow_mut()
@@ -1045,7 +1120,7 @@ impl SpanHandle {
     fn add_event(
         &self,
         py: Python<'_>,
-        name: String,
+        name: &str,
         attributes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
         let attrs = match attributes {
@@ -1055,7 +1130,7 @@ impl SpanHandle {
         self.record
             .bind(py)
             .borrow_mut()
-            .add_event(self.index, name, attrs)
+            .add_event(self.index, key_of(name), attrs)
     }
 
     /// Failed: `error.type` names `e` (a code, or an exception's code, reason or class).
