@@ -195,6 +195,54 @@ async def test_chat_span_tree_continues_the_clients_trace(
     assert "secret prompt" not in repr(collector.spans)
 
 
+async def test_parse_and_route_spans_say_what_was_decided_and_what_failed(
+    nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
+) -> None:
+    gw = await traced_gateway(nursery, collector, upstream)
+    bodies = {
+        "ok": orjson.dumps(CHAT),
+        "bad json": b'{"model": "openai/gpt-4o-mini", "messages": [',
+        "no such model": orjson.dumps({**CHAT, "model": "nope/" + "m" * 300}),
+    }
+    traces = {}
+    for i, (case, body) in enumerate(bodies.items()):
+        traces[case] = f"{i + 1:032x}"
+        parent = f"00-{traces[case]}-{CLIENT_SPAN}-01"
+        resp = await request(
+            gw.port, "POST", "/v1/chat/completions", body, [("traceparent", parent)]
+        )
+        assert (resp.status == 200) == (case == "ok"), (case, resp.body)
+    await exported(gw, lambda: sum(s.kind == SERVER for s in collector.spans) == 3)
+
+    def spans(case: str) -> dict[str, ReceivedSpan]:
+        return {s.name: s for s in collector.spans if s.trace_id == traces[case]}
+
+    ok = spans("ok")
+    parse, route = ok["parse"], ok["route"]
+    (server,) = [s for s in collector.spans if s.trace_id == traces["ok"] and s.kind == SERVER]
+    assert parse.status_code != ERROR and "error.type" not in parse.attributes
+    assert route.attributes == {
+        "gen_ai.request.model": "openai/gpt-4o-mini",
+        "edgegw.route.target": "openai",
+        "edgegw.route.named_profile": False,
+    }
+    assert route.status_code != ERROR
+    assert route.parent_id == parse.parent_id == server.span_id
+    assert parse.end_ns <= route.start_ns <= route.end_ns
+    # A body that does not parse: its parse span failed with the request error's code, and
+    # no routing was done.
+    bad = spans("bad json")
+    assert bad["parse"].status_code == ERROR
+    assert bad["parse"].attributes == {"error.type": "invalid_request"}
+    assert "route" not in bad
+    # No target for the model: the route span failed, with the model asked for (clipped).
+    missing = spans("no such model")["route"]
+    assert missing.status_code == ERROR
+    assert missing.attributes["gen_ai.request.model"] == ("nope/" + "m" * 300)[:256]
+    assert "edgegw.route.target" not in missing.attributes
+    assert missing.attributes["error.type"] == "unknown_provider"
+
+
 async def test_stream_span_has_ttft_and_histograms_have_exemplars(
     nursery: trio.Nursery, collector: OtlpReceiver, upstream: EchoUpstream
 ) -> None:
