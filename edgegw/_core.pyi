@@ -3,8 +3,10 @@
 class: none can be subclassed (@final), only those with a `__new__` below can be constructed
 from Python, and their attributes are read-only (properties)."""
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Self, final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self, TypeVar, final
+
+_T = TypeVar("_T")
 
 __all__ = [
     "RequestError",
@@ -366,6 +368,16 @@ class TraceRecord:
     def attempt_done(self, span: Span, status: int, new_connection: bool) -> None: ...
     def fail(self, span: Span, e: BaseException | str) -> None: ...
     def prompt(self, body: bytes) -> None: ...  # only with TELEMETRY_TRACING_CONTENT
+    # parse(body) in a `parse` span, then the prompt event: one call.
+    def parse(self, parse: Callable[[bytes], _T], body: bytes) -> _T: ...
+    def route(
+        self,
+        start_ns: int,
+        model: str,
+        target: str | None,
+        named: bool,
+        error: BaseException | None = None,
+    ) -> None: ...
     def generation(
         self,
         *,

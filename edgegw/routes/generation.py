@@ -26,6 +26,7 @@ The route records telemetry once, in one `finally`, with the status of what happ
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import trio
@@ -73,12 +74,8 @@ async def completions(gw: Gateway, call: Call) -> None:
 async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
     trace = call.trace
-    if trace is None:
-        req = parse(body)
-    else:
-        with trace.span("parse"):
-            req = parse(body)
-        trace.prompt(body)
+    # With tracing on, one call for the `parse` span and the prompt event.
+    req = parse(body) if trace is None else trace.parse(parse, body)
     call.note.model = req.model
     started = trio.current_time()
     provider = "unknown"
@@ -100,22 +97,24 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 req = parse(forwarded)
         # SIE: the header is checked for every target; `forbid` refuses a remote one.
         forbid = remote_forbidden(call)
-        if trace is None:
+        # With tracing on, the `route` span is recorded whole after the decision (one call).
+        routing_ns = 0 if trace is None else time.time_ns()
+        try:
             pool = _alias(gw, call, req.model)
             target, named = (None, False) if pool is not None else _target(gw, call, req.model)
-        else:
-            with trace.span("route", **{"gen_ai.request.model": req.model[:256]}) as span:
-                pool = _alias(gw, call, req.model)
-                target, named = (None, False) if pool is not None else _target(gw, call, req.model)
-                span.set_attribute(
-                    "edgegw.route.target",
-                    "alias"
-                    if target is None
-                    else "local"
-                    if isinstance(target, Local)
-                    else target.target.provider.id,
-                )
-                span.set_attribute("edgegw.route.named_profile", named)
+        except BaseException as e:
+            if trace is not None:
+                trace.route(routing_ns, req.model, None, False, e)
+            raise
+        if trace is not None:
+            label = (
+                "alias"
+                if target is None
+                else "local"
+                if isinstance(target, Local)
+                else target.target.provider.id
+            )
+            trace.route(routing_ns, req.model, label, named)
         if pool is not None:
             assert gw.router is not None
             trip = gw.router.trip(pool)

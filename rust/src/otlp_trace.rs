@@ -765,7 +765,9 @@ mod tests {
         long.name = "n".repeat(20_000).into();
         long.parent_id = Some(0);
         long.remote_parent = false;
-        long.attributes = (0..200).map(|i| (format!("k{i}").into(), Value::Int(i))).collect();
+        long.attributes = (0..200)
+            .map(|i| (format!("k{i}").into(), Value::Int(i)))
+            .collect();
         spans.push(long);
         for s in &spans {
             let message = span(s);

@@ -697,10 +697,7 @@ fn attempt_of<'py>(
         value[35] = b'-';
         put_hex(u128::from(span_id), &mut value[36..52]);
         value[52..].copy_from_slice(b"-01");
-        headers.append((
-            PyBytes::new(py, b"traceparent"),
-            PyBytes::new(py, &value),
-        ))?;
+        headers.append((PyBytes::new(py, b"traceparent"), PyBytes::new(py, &value)))?;
         if !this.trace_state.is_empty() {
             headers.append((
                 PyBytes::new(py, b"tracestate"),
@@ -783,7 +780,10 @@ impl TraceRecord {
         attributes.extend([
             ("http.request.method".into(), Value::Str(method.to_owned())),
             ("url.path".into(), Value::Str(path.to_owned())),
-            ("edgegw.request_id".into(), Value::Str(request_id.to_owned())),
+            (
+                "edgegw.request_id".into(),
+                Value::Str(request_id.to_owned()),
+            ),
         ]);
         let id = mixed_id(self.seed, self.spans.len() as u64);
         let remote = parent_id.is_some();
@@ -935,6 +935,57 @@ impl TraceRecord {
             Value::Str(clip_to(&text, MAX_CONTENT_CHARS)),
         )];
         self.add_event(0, "gen_ai.user.message".into(), attrs)
+    }
+
+    /// `parse(body)` in a `parse` span (failed with the error it raises, which goes on),
+    /// then the prompt event (`prompt`): the span's scope and the event in one call.
+    fn parse<'py>(
+        slf: &Bound<'py, Self>,
+        parse: &Bound<'py, PyAny>,
+        body: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let i = slf
+            .borrow_mut()
+            .child("parse".into(), 0, INTERNAL, now_ns(), Vec::new())?;
+        let parsed = parse.call1((body,));
+        let mut this = slf.borrow_mut();
+        if let Err(e) = &parsed {
+            this.mark_failed(i, &error_type(e.value(py).as_any())?)?;
+        }
+        this.close_at(py, i)?;
+        if parsed.is_ok() && this.completion.is_some() {
+            this.prompt(body.extract()?)?;
+        }
+        parsed
+    }
+
+    /// The routing decision's `route` span, from `start_ns` (`time.time_ns()` before it)
+    /// to now: the model asked for (clipped) and, when one was chosen, the target (`alias`,
+    /// `local` or the provider) and whether a local model's named profile chose it; failed
+    /// with `error` when routing raised it.
+    #[pyo3(signature = (start_ns, model, target, named, error=None))]
+    fn route(
+        &mut self,
+        py: Python<'_>,
+        start_ns: u64,
+        model: &str,
+        target: Option<&str>,
+        named: bool,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let mut attributes = Vec::with_capacity(3);
+        attributes.push(("gen_ai.request.model".into(), Value::Str(clip(model))));
+        if let Some(t) = target {
+            attributes.push(("edgegw.route.target".into(), Value::Str(t.to_owned())));
+            attributes.push(("edgegw.route.named_profile".into(), Value::Bool(named)));
+        }
+        let i = self.child("route".into(), 0, INTERNAL, start_ns, attributes)?;
+        if let Some(e) = error {
+            self.mark_failed(i, &error_type(e)?)?;
+        }
+        self.close_at(py, i)?;
+        Ok(())
     }
 
     /// The GenAI semantic-convention attributes of a chat or completions request, on
