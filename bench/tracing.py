@@ -27,11 +27,15 @@ connection a batch) parsed each batch on core 0 beside the load generator.
     python -m bench.tracing --paired [--rounds 6] [--pairs 4] [--seconds 4]
     python -m bench.tracing --interleaved [--rounds 4] [--pairs 60] [--slot-s 1]
 
-`--interleaved` (Go) is `--paired` with the phases one --slot-s slot each, in one load
+`--interleaved` (Go) measures the phases as alternating --slot-s slots of one load
 generator process (`gopeer load --slots`), so a gateway's pairs are measured seconds apart
 with no restart between them: per pair the difference of the server's CPU per request over
 the two slots; the figure quoted is the mean of all pairs with a bootstrap 95 % interval
-(pairs resampled), next to the median.
+(pairs resampled), next to the median. The gateway samples by the client's flag and no
+root trace (OTEL_TRACES_SAMPLER=parentbased_traceidratio, _ARG=0): one phase's requests
+carry a sampled `traceparent` (recorded and exported), the other's none, so that phase runs
+what tracing off runs plus the sampling decision (no context to parse or pass on, as
+`--paired`'s unsampled phase had).
 """
 
 from __future__ import annotations
@@ -176,12 +180,16 @@ def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     )
 
 
+# `--interleaved`: only a client's sampled trace is recorded (no root trace is sampled).
+ROOTS_OFF = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0"}
+
+
 def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     """`--interleaved`: `--rounds` fresh gateways, each measured over `--pairs` pairs of
-    slots (sampled, not sampled, in random order within each pair)."""
+    slots (sampled, no trace context; in random order within each pair)."""
     mock_port = free_port()
     parent = "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-"
-    per_req: dict[str, list[float]] = {"a": [], "b": []}  # a: sampled, b: not sampled
+    per_req: dict[str, list[float]] = {"a": [], "b": []}  # a: sampled, b: no traceparent
     diffs: list[float] = []
     system = {"a": [0.0, 0], "b": [0.0, 0]}  # kernel CPU seconds, answers
     print(f"load average before: {loadavg()}")
@@ -192,17 +200,19 @@ def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
         for g in range(ns.rounds):
             order = "".join(random.choice(("ab", "ba")) for _ in range(ns.pairs))
             port = free_port()
-            with _gateway(port, mock_port, mock_port, True, None, "WARNING", {}) as proc:
+            with _gateway(port, mock_port, mock_port, True, None, "WARNING", ROOTS_OFF) as proc:
                 meter = Meter.of_pid(proc.pid, "edgegw")
-                marks: list[tuple[str, float]] = []
+                marks: list[tuple[str, float, float]] = []
 
-                def mark(phase: str, meter: Meter = meter, marks: list = marks) -> None:
+                def mark(
+                    phase: str, meter: Meter = meter, marks: list[tuple[str, float, float]] = marks
+                ) -> None:
                     marks.append((phase, meter.cpu_s(), _system_s(proc.pid)))
 
                 args = ["load", "--port", str(port), "--path", "/v1/chat/completions",
                         "--body-file", str(body), "--connections", str(ns.connections),
                         "--warmup-s", "2", "--slots", order, "--slot-s", str(ns.slot_s),
-                        "--header", parent + "01", "--alt-header", parent + "00"]  # fmt: skip
+                        "--header", parent + "01"]  # fmt: skip
                 result = gopeer.run(
                     binary, args, mark,
                     lambda: os.sched_setaffinity(0, {CORE_A}),
@@ -221,7 +231,7 @@ def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
                 for i in range(0, len(order), 2)
             ]
             print(f"  gateway {g + 1}: {statistics.median(per_req['b'][-ns.pairs:]):.0f} µs/req "
-                  f"not sampled, pairs' mean {statistics.fmean(diffs[-ns.pairs:]):+.1f} µs")  # fmt: skip
+                  f"untraced, pairs' mean {statistics.fmean(diffs[-ns.pairs:]):+.1f} µs")  # fmt: skip
     print(f"load average after: {loadavg()}")
     base = statistics.fmean(per_req["b"])
     mean = statistics.fmean(diffs)
@@ -231,7 +241,7 @@ def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     q = statistics.quantiles(diffs, n=4)
     print(f"interleaved slots of {ns.slot_s:g} s, {ns.connections} connections (Go closed loop), "
           f"{len(diffs)} pairs in {ns.rounds} gateways:")  # fmt: skip
-    print(f"  not sampled {base:.0f} µs/req (mean of slots), sampled "
+    print(f"  no trace context {base:.0f} µs/req (mean of slots), sampled "
           f"{statistics.fmean(per_req['a']):.0f}")  # fmt: skip
     print(
         f"  recording and exporting a trace adds {mean:+.1f} µs/req ({100 * mean / base:+.1f} %), "
@@ -240,7 +250,7 @@ def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     )
     sys_a, sys_b = (system[k][0] / system[k][1] * 1e6 for k in "ab")
     print(f"  of which in the kernel (stat's stime): {sys_a - sys_b:+.1f} µs/req "
-          f"({sys_b:.0f} µs/req not sampled)")  # fmt: skip
+          f"({sys_b:.0f} µs/req without)")  # fmt: skip
 
 
 def _system_s(pid: int) -> float:
