@@ -115,7 +115,9 @@ class Exchanges:
                     raise upstream_error(resp.status, resp.headers, payload)
             outcome.status = resp.status
             if ok and (
-                b'"usage"' in payload or b'"tool_calls"' in payload or call.trace is not None
+                payload.find(b'"usage"') != -1
+                or payload.find(b'"tool_calls"') != -1
+                or call.trace is not None
             ):
                 tap(payload, outcome, "message")
             if ok and inspect is not None:

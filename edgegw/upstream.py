@@ -44,6 +44,7 @@ import trio
 
 from edgegw._core import ResponseHead, ResponseParser, UpstreamProtocolError
 from edgegw.errors import GatewayError
+from edgegw.octets import COLON, CR, HTAB, LF, SP
 
 USER_AGENT = b"edgegw/0.1"
 READ_SIZE = 65536
@@ -409,10 +410,10 @@ def _request_head(
 
 def _check_request_line(target: bytes, headers: Headers) -> None:
     """No byte that could split the request: the last guard against header injection."""
-    if b"\r" in target or b"\n" in target or b" " in target or b"\t" in target:
+    if CR in target or LF in target or SP in target or HTAB in target:
         raise GatewayError(400, "invalid_request", "invalid upstream path")
     for name, value in headers:
-        if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
+        if CR in value or LF in value or CR in name or LF in name or COLON in name:
             raise GatewayError(400, "invalid_request", "invalid header")
 
 

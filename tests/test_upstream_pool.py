@@ -10,6 +10,7 @@ import trio
 import trio.testing
 
 from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.errors import GatewayError
 from edgegw.upstream import JOINED_BODY_BYTES, Origin, UpstreamPool
 
 from .conftest import UPSTREAM_KEY, start_gateway, upstream_env, wait_until
@@ -181,4 +182,42 @@ async def test_bodies_on_either_side_of_the_joined_size_arrive_whole(
     assert [s.body for s in echo.seen] == bodies
     assert [s.headers["content-length"] for s in echo.seen] == [str(len(b)) for b in bodies]
     assert pool.open_connections == 1
+    await pool.aclose()
+
+
+async def test_a_byte_that_could_split_the_request_is_refused_before_anything_is_sent(
+    nursery: trio.Nursery,
+) -> None:
+    """The pool's last guard against header injection: CR or LF in a header's name or
+    value, a colon in its name, CR, LF, space or tab in the target; each refused with 400
+    before a connection is opened. A clean request then goes through."""
+    upstream = CountingUpstream()
+    await nursery.start(upstream.serve)
+    upstream.release.set()
+    pool = UpstreamPool()
+    origin = Origin.from_url(f"http://127.0.0.1:{upstream.port}")
+    bad: list[tuple[bytes, list[tuple[bytes, bytes]]]] = [
+        (b"/v1/models", [(b"x-a", b"1\r\nx-b: 2")]),
+        (b"/v1/models", [(b"x-a", b"1\nx-b: 2")]),
+        (b"/v1/models", [(b"x-a", b"1\r")]),
+        (b"/v1/models", [(b"x-a\r\nx-b", b"2")]),
+        (b"/v1/models", [(b"x-a\nx-b", b"2")]),
+        (b"/v1/models", [(b"x-a:b", b"2")]),
+        (b"/v1/models HTTP/1.0\r\nx: y", []),
+        (b"/v1/models\n", []),
+        (b"/v1 /models", []),
+        (b"/v1\t/models", []),
+    ]
+    for target, headers in bad:
+        try:
+            await pool.send(origin, b"GET", target, headers, b"")
+        except GatewayError as e:
+            assert e.status == 400, (target, headers)
+        else:
+            raise AssertionError(f"sent {target!r} {headers!r}")
+    assert upstream.accepted == 0
+    resp = await pool.send(origin, b"GET", b"/v1/models", [(b"x-a", b"1: 2\t3")], b"")
+    assert resp.status == 200
+    await resp.aclose()
+    assert upstream.requests == 1
     await pool.aclose()

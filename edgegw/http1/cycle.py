@@ -34,6 +34,7 @@ import trio
 
 from edgegw.http1.limits import Limits
 from edgegw.http1.wire import Wire, http_date, response_head
+from edgegw.octets import CR, LF, NUL
 
 log = logging.getLogger("edgegw.http1")
 
@@ -334,7 +335,7 @@ class Cycle:
             length = None
             dated = False
             for name, value in headers:
-                if b"\n" in value or b"\r" in value or b"\0" in value or b"\n" in name:
+                if LF in value or CR in value or NUL in value or LF in name:
                     raise RuntimeError("a response header with CR, LF or NUL")
                 lower = name.lower()
                 if lower == b"content-length":

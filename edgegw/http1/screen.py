@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 
 from edgegw.http1.limits import MAX_HEADER_COUNT
+from edgegw.octets import NUL
 
 
 class HeadError(ValueError):
@@ -64,7 +65,7 @@ def bad(message: str) -> HeadError:
 def screen_head(head: bytes) -> None:
     """Return if `head` (request line to CRLF CRLF) is a well-formed, unambiguous HTTP/1.x
     request head; raise HeadError otherwise."""
-    if b"\0" in head:
+    if NUL in head:
         raise bad("NUL in the request head")
     crlf = head.count(b"\r\n")
     if head.count(b"\r") != crlf or head.count(b"\n") != crlf:
