@@ -37,6 +37,7 @@ __all__ = [
     "redact_text",
     "redact_json",
     "encode_otlp_batch",
+    "read_traceparent",
     "encode_otlp_trace",
     "TraceRecord",
     "Span",
@@ -285,6 +286,12 @@ def encode_otlp_trace(trace_id: int, trace_state: str, spans: list[_OtlpTraceSpa
 def encode_otlp_batch(
     resource: dict[str, Any], scope_name: str, scope_version: str, entries: list[bytes]
 ) -> bytes: ...
+
+# A client's traceparent by the W3C propagator's rules: (trace id, span id, sampled, the
+# tracestate value), or None.
+def read_traceparent(
+    headers: Sequence[tuple[bytes, bytes]],
+) -> tuple[int, int, bool, bytes | None] | None: ...
 
 @final
 class SpanQueue:

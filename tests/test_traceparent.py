@@ -44,6 +44,14 @@ CASES = [
     f"00-{TRACE}-{SPAN}-1",
     f"00-{TRACE}-{SPAN}",
     f"00-{TRACE}-{SPAN}-01{'x' * 600}",
+    f"01-{TRACE}-{SPAN}-01-x\n",  # `$` before a final newline
+    f"01-{TRACE}-{SPAN}-01-a\nb",  # `.` is no newline
+    f"00-{TRACE}-{SPAN}-01 \t\n",
+    f"00-{TRACE}-{SPAN}-01\n\n",
+    f"00-{TRACE}-{SPAN}-01 x",
+    f"01-{TRACE}-{SPAN}-01-\x80\xff",  # latin-1, as the carrier decodes it
+    f"02-{TRACE}-{SPAN}-01-" + "y" * 456,  # 512 characters
+    f"02-{TRACE}-{SPAN}-01-" + "y" * 457,
     "",
     "garbage",
 ]
@@ -101,3 +109,12 @@ def test_near_misses_read_as_the_sdk_reads_them(
 ) -> None:
     h = headers(f"{version[0]}-{trace}-{span}-{flags}{tail}", state)
     assert read_parent(h) == sdk_parent(h)
+
+
+def test_the_core_reads_the_pattern_the_sdk_reads() -> None:
+    """read_traceparent (rust/src/trace_binding.rs) implements this pattern and limit by
+    hand: a later SDK with other rules fails here, not only in the comparisons above."""
+    assert TraceContextTextMapPropagator._TRACEPARENT_HEADER_FORMAT == (
+        "^[ \t]*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(?:(-.*)|[ \t]*)$"
+    )
+    assert TraceContextTextMapPropagator._TRACEPARENT_MAXIMUM_LENGTH == 512

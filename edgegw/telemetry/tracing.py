@@ -52,9 +52,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
-from edgegw._core import Span, SpanQueue, TraceRecord
+from edgegw._core import Span, SpanQueue, TraceRecord, read_traceparent
 from edgegw.ids import getrandbits
-from edgegw.telemetry.otelsdk import read_parent
+from edgegw.telemetry.otelsdk import read_parent, trace_state
 
 if TYPE_CHECKING:
     from edgegw.settings import Settings
@@ -105,12 +105,13 @@ class Tracing:
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
     ) -> RequestTrace | None:
         """The request's trace, continuing the client's; None when it is not sampled."""
-        parent = read_parent(headers)
-        if parent is None:
-            trace_id, parent_id, state = getrandbits(128) or 1, None, ""
+        got = read_traceparent(headers)  # read_parent's, without its Parent
+        if got is None:
+            trace_id, parent_id, state, parent_sampled = getrandbits(128) or 1, None, "", None
         else:
-            trace_id, parent_id, state = parent.trace_id, parent.span_id, parent.state
-        if not self.sampled(trace_id, None if parent is None else parent.sampled):
+            trace_id, parent_id, parent_sampled, raw_state = got
+            state = trace_state(raw_state)
+        if not self.sampled(trace_id, parent_sampled):
             return None
         completion = Completion() if self.content else None
         trace = TraceRecord(trace_id, state, getrandbits(64), self.queue, completion)
