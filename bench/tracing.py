@@ -33,9 +33,10 @@ with no restart between them: per pair the difference of the server's CPU per re
 the two slots; the figure quoted is the mean of all pairs with a bootstrap 95 % interval
 (pairs resampled), next to the median. The gateway samples by the client's flag and no
 root trace (OTEL_TRACES_SAMPLER=parentbased_traceidratio, _ARG=0): one phase's requests
-carry a sampled `traceparent` (recorded and exported), the other's none, so that phase runs
-what tracing off runs plus the sampling decision (no context to parse or pass on, as
-`--paired`'s unsampled phase had).
+carry a sampled `traceparent` (recorded and exported), the other's the same bytes under a
+name tracing does not read (`x-trace-ctx`, as long), so that phase runs what tracing off
+runs for the same request plus the sampling decision (no context to parse or pass on, as
+`--paired`'s unsampled phase had; the header is parsed in both).
 """
 
 from __future__ import annotations
@@ -212,7 +213,8 @@ def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
                 args = ["load", "--port", str(port), "--path", "/v1/chat/completions",
                         "--body-file", str(body), "--connections", str(ns.connections),
                         "--warmup-s", "2", "--slots", order, "--slot-s", str(ns.slot_s),
-                        "--header", parent + "01"]  # fmt: skip
+                        "--header", parent + "01",
+                        "--alt-header", "x-trace-ctx" + parent[len("traceparent"):] + "01"]  # fmt: skip
                 result = gopeer.run(
                     binary, args, mark,
                     lambda: os.sched_setaffinity(0, {CORE_A}),

@@ -5,7 +5,8 @@ The gateway runs under valgrind's callgrind (instrumentation off until the reque
 `callgrind_control -i on`), in front of bench/gopeer's mock (200-token answers), sampling
 only a client's sampled trace (bench.tracing's ROOTS_OFF). One keep-alive connection sends
 `--requests` chat requests with a sampled `traceparent` (each recorded and exported), then as
-many with no trace context (the off path and the sampling decision), counters zeroed and
+many with the same header under a name tracing does not read (`x-trace-ctx`: the off path
+and the sampling decision, the same bytes parsed), counters zeroed and
 dumped around each run. Reported: instructions and heap allocations (glibc `malloc` calls)
 per request of each kind, and the functions whose own instructions differ most. User space
 only: system calls are not counted (bench.tracing's stime share is the kernel's part), and an
@@ -32,14 +33,13 @@ from bench.harness import CHAT, free_port
 from bench.tracing import ROOTS_OFF
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-KINDS = {"sampled": PARENT, "no context": None}
+KINDS = {"sampled": ("traceparent", PARENT), "no context": ("x-trace-ctx", PARENT)}
 
 
-def _request(traceparent: str | None) -> bytes:
+def _request(header: tuple[str, str]) -> bytes:
     head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     head += "Content-Type: application/json\r\n"
-    if traceparent:
-        head += f"traceparent: {traceparent}\r\n"
+    head += f"{header[0]}: {header[1]}\r\n"
     head += f"Content-Length: {len(CHAT)}\r\n\r\n"
     return head.encode() + CHAT
 
@@ -145,17 +145,17 @@ def main() -> None:
                     raise RuntimeError(f"the gateway did not start: {out}/valgrind.log") from None
                 time.sleep(0.5)
         with sock:
-            for traceparent in KINDS.values():
-                _exchange(sock, _request(traceparent), 30)  # warm: imports, caches, pools
+            for header in KINDS.values():
+                _exchange(sock, _request(header), 30)  # warm: imports, caches, pools
 
             def control(*args: str) -> None:
                 subprocess.run(["callgrind_control", *args, str(gw.pid)], check=True,
                                stdout=subprocess.DEVNULL)  # fmt: skip
 
-            for i, traceparent in enumerate(KINDS.values()):
+            for i, header in enumerate(KINDS.values()):
                 control("-i", "on")
                 control("--zero")
-                _exchange(sock, _request(traceparent), ns.requests)
+                _exchange(sock, _request(header), ns.requests)
                 control(f"--dump=kind{i}")
                 control("-i", "off")
     finally:
