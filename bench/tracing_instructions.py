@@ -150,7 +150,7 @@ def main() -> None:
 
             def control(*args: str) -> None:
                 subprocess.run(["callgrind_control", *args, str(gw.pid)], check=True,
-                               stdout=subprocess.DEVNULL)  # fmt: skip
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
 
             for i, header in enumerate(KINDS.values()):
                 control("-i", "on")
