@@ -136,6 +136,13 @@ def go_load(
     return cpu["done"] - cpu["run"], result["ok"], result["rps"]
 
 
+def _go_mock(binary: Path, port: int) -> contextlib.AbstractContextManager[object]:
+    """bench/gopeer's mock on core 0: 200-token answers, and the collector (/v1/traces)."""
+    return process(
+        ["mock", "--port", str(port), "--tokens", "200"], CORE_A, port=port, exe=str(binary)
+    )
+
+
 def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     """`--paired`: one gateway with tracing on, driven in alternating phases by clients whose
     `traceparent` says sampled (flags 01: every request recorded and exported) or not (00:
@@ -149,10 +156,7 @@ def paired(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     cpu: dict[str, list[float]] = {name: [] for name in phases}
     diffs: list[float] = []
     print(f"load average before: {loadavg()}")
-    with process(
-        ["mock", "--port", str(mock_port), "--tokens", "200"], CORE_A, port=mock_port,
-        exe=str(binary),
-    ):  # fmt: skip
+    with _go_mock(binary, mock_port):
         for _ in range(ns.rounds):
             port = free_port()
             with _gateway(port, mock_port, sink_port, True, None, "WARNING", {}) as proc:
@@ -194,10 +198,7 @@ def interleaved(ns: argparse.Namespace, binary: Path, body: Path) -> None:
     diffs: list[float] = []
     system = {"a": [0.0, 0], "b": [0.0, 0]}  # kernel CPU seconds, answers
     print(f"load average before: {loadavg()}")
-    with process(
-        ["mock", "--port", str(mock_port), "--tokens", "200"], CORE_A, port=mock_port,
-        exe=str(binary),
-    ):  # fmt: skip
+    with _go_mock(binary, mock_port):
         for g in range(ns.rounds):
             order = "".join(random.choice(("ab", "ba")) for _ in range(ns.pairs))
             port = free_port()

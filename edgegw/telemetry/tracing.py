@@ -69,8 +69,8 @@ EXPORT_TIMEOUT_S = 5.0
 EXPORT_BATCH_SPANS = 512
 # Attribute values from clients (a model name) are cut to this length.
 MAX_ATTRIBUTE_CHARS = 256
-# Spans waiting for export, at most: ~2 KB each, so a few MiB while a collector is down (the
-# SDK's default, OTEL_BSP_MAX_QUEUE_SIZE, is the same).
+# Spans waiting for export, at most: ~350 bytes each as they wait (encoded), so under 1 MiB
+# while a collector is down (the SDK's default, OTEL_BSP_MAX_QUEUE_SIZE, is the same).
 MAX_QUEUED_SPANS = 2048
 # Choices kept by TELEMETRY_TRACING_CONTENT, as the events a span keeps (the SDK's default
 # limit; the core applies it to every span).
