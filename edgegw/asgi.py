@@ -153,7 +153,7 @@ class Call:
         return [bytes(v) for k, v in self.scope["headers"] if k == name]
 
     def query_values(self, name: str) -> list[str]:
-        if name.encode() + b"=" not in self.query:
+        if self.query.find(name.encode() + b"=") == -1:  # find: edgegw.octets
             return []
         return parse_qs(self.query.decode("latin-1"), keep_blank_values=True).get(name, [])
 

@@ -97,9 +97,9 @@ async def _whole(
             outcome.client_gone = True
             return outcome
         headers, payload = got
-        if b'"tool_calls"' not in payload and agent.rounds == 1:
+        if payload.find(b'"tool_calls"') == -1 and agent.rounds == 1:
             # No tool call at all: the answer as the model sent it, read as `forward` does.
-            if b'"usage"' in payload:
+            if payload.find(b'"usage"') != -1:
                 tap(payload, outcome, "message")
             await _respond(call, headers, payload, response_headers, inspect)
             return outcome

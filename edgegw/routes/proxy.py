@@ -12,6 +12,7 @@ import trio
 from edgegw.asgi import Call
 from edgegw.errors import fail, payload_too_large, upstream_timeout
 from edgegw.gateway import Gateway
+from edgegw.octets import COLON
 
 PROXY_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 # Never forwarded: the caller's credentials, and hop-by-hop or framing headers that
@@ -59,9 +60,9 @@ def _proxy_target(call: Call) -> tuple[str, bytes]:
     if (
         _BAD_RAW_PATH.search(rest)
         or any(seg in (b"..", b".") for seg in segments)
-        or b"//" in rest
+        or rest.find(b"//") != -1
         or rest.startswith(b"/")
-        or b":" in segments[0]
+        or COLON in segments[0]
         or not rest.isascii()
         or any(b <= 0x20 or b == 0x7F for b in rest)
     ):
