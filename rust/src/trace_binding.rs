@@ -88,8 +88,7 @@ fn attributes(d: &Bound<'_, PyAny>) -> PyResult<Attributes> {
     let d = d
         .cast::<PyDict>()
         .map_err(|_| PyTypeError::new_err("span attributes must be a dict"))?;
-    // Room for two more (the route span's set_attribute calls).
-    let mut out = Vec::with_capacity(d.len() + 2);
+    let mut out = Vec::with_capacity(d.len());
     for (k, v) in d.iter() {
         if let Some(v) = value(&v)? {
             out.push((py_key(&k)?, v));
