@@ -100,10 +100,17 @@ class ParsedRequest:
     def local_rejection(self) -> RequestError | None: ...
     @property
     def tool_names(self) -> tuple[str, ...]: ...
+    # The optional message members the messages carry, by name, sorted: the response members
+    # the SDKs send back (`annotations`, `parsed`, `tool_calls.index`,
+    # `tool_calls.function.parsed_arguments`), `refusal`, `reasoning_content`, `reasoning`.
+    @property
+    def message_members(self) -> tuple[str, ...]: ...
     @property
     def body(self) -> bytes: ...
     # `tools`: tool objects' JSON, comma-separated, appended to the body's `tools` array.
     # `ask_usage`: a stream that did not ask for usage asks for it.
+    # `keep`: the optional message members the target takes; the others, and null members
+    # but `content`, are left out of the messages. None: messages as sent.
     def upstream_body(
         self,
         model: str,
@@ -112,6 +119,7 @@ class ParsedRequest:
         rename: Sequence[tuple[str, str]] = ...,
         tools: bytes | None = ...,
         ask_usage: bool = ...,
+        keep: Sequence[str] | None = ...,
     ) -> bytes: ...
 
 def parse_chat_request(body: bytes) -> ParsedRequest: ...

@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-import orjson
-
 from edgegw._core import ParsedRequest
 from edgegw.upstream import Origin
 
@@ -55,12 +53,23 @@ class Provider:
     # thinking models; llama.cpp renders it into the chat template). The reference's other
     # members (`reasoning_content`, `reasoning`) are removed from what is sent to it.
     message_reasoning: tuple[str, ...] = ()
+    # The members of a response message the provider takes back on an assistant message
+    # when a client reuses a returned message (`annotations`, a `refusal` string). Only
+    # OpenAI's API takes them; providers with strict schemas (Groq, Mistral) refuse them.
+    # The SDKs' own additions (`parsed`, `tool_calls[].index`, `parsed_arguments`) and every
+    # null member but `content` go to no provider.
+    message_members: tuple[str, ...] = ()
 
 
 PROVIDERS: dict[str, Provider] = {
     p.id: p
     for p in (
-        Provider("openai", "https://api.openai.com/v1", "bearer"),
+        Provider(
+            "openai",
+            "https://api.openai.com/v1",
+            "bearer",
+            message_members=("annotations", "refusal"),
+        ),
         Provider(
             "anthropic",
             "https://api.anthropic.com/v1",
@@ -141,23 +150,6 @@ PROVIDERS: dict[str, Provider] = {
 }
 
 
-# The reference's message members for a model's reasoning (its Message schema).
-REASONING_MEMBERS = ("reasoning_content", "reasoning")
-
-
-def without_reasoning(body: bytes, keep: tuple[str, ...]) -> bytes:
-    """A chat body whose messages lose the reasoning members not in `keep`. Only a request
-    that carries some is re-encoded (`ParsedRequest.has_reasoning`); any other is never
-    passed here."""
-    doc = orjson.loads(body)
-    for message in doc.get("messages") or ():
-        if isinstance(message, dict):
-            for member in REASONING_MEMBERS:
-                if member not in keep:
-                    message.pop(member, None)
-    return orjson.dumps(doc)
-
-
 def provider_body(
     req: ParsedRequest, target: Target, model: str, drop: tuple[str, ...], tools: bytes | None
 ) -> tuple[bytes, bool]:
@@ -171,11 +163,8 @@ def provider_body(
     # Usage is known for every stream: asked for when the client did not.
     ask = req.stream and not req.include_usage and provider.stream_usage and tools is None
     body = req.upstream_body(
-        model, omit, rename=provider.renamed_fields, tools=tools, ask_usage=ask
+        model, omit, rename=provider.renamed_fields, tools=tools, ask_usage=ask, keep=target.keep
     )
-    if req.has_reasoning and provider.message_reasoning != REASONING_MEMBERS:
-        # Earlier turns' reasoning goes only to a provider that takes it back.
-        body = without_reasoning(body, provider.message_reasoning)
     return body, ask
 
 
@@ -228,6 +217,7 @@ class Target:
         "json_headers",
         "sse_headers",
         "omit",
+        "keep",
         "secret",
     )
 
@@ -246,6 +236,9 @@ class Target:
         self.secret = config.key.encode() if config.key else None
         # Request members never forwarded to this provider.
         self.omit = GATEWAY_ONLY_FIELDS + config.provider.omit_fields
+        # Optional message members sent to this provider (earlier turns' reasoning, response
+        # members); the Rust core leaves out the others as it writes the body.
+        self.keep = config.provider.message_reasoning + config.provider.message_members
 
     def path(self, path: str) -> bytes:
         """An endpoint path under the provider's base URL, as a request target."""

@@ -35,6 +35,9 @@ log = logging.getLogger("edgegw.local")
 MAX_IMAGES = 16
 # SIE: the skew warnings remember at most this many minor versions.
 SDK_LOG_LIMIT = 1024
+# The optional message members a worker is sent: the request members SGLang's chat template
+# reads (earlier reasoning, a refusal); the response members the SDKs send back are not.
+LOCAL_MESSAGE_MEMBERS = ("refusal", "reasoning_content", "reasoning")
 # SIE's pool and profile names: refused, never mangled.
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
@@ -77,8 +80,16 @@ def check_request(
         raise fail("unsupported_field", f"'{name}' is not supported by this endpoint", param=name)
     # Values OpenAI's schema accepts and the SIE contract does not (65 tools, custom tools, ...).
     if (rejection := req.local_rejection) is not None:
-        raise rejection
-    doc = orjson.loads(req.body)
+        # As a GatewayError, like every refusal here: the router handles it as one.
+        raise GatewayError(
+            rejection.status,
+            rejection.code,
+            str(rejection),
+            type=rejection.type,
+            param=rejection.param,
+        )
+    # Messages as SGLang takes them: no response members the SDKs send back, no null members.
+    doc = orjson.loads(req.upstream_body(req.model, keep=LOCAL_MESSAGE_MEMBERS))
     _check_capabilities(req, doc, rt)
     if (lora := doc.get("lora_adapter")) is not None and lora not in rt.profile.lora_adapters:
         raise fail(

@@ -31,7 +31,12 @@ from collections.abc import Callable
 
 import trio
 
-from edgegw._core import ParsedRequest, parse_chat_request, parse_completions_request
+from edgegw._core import (
+    ParsedRequest,
+    RequestError,
+    parse_chat_request,
+    parse_completions_request,
+)
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
@@ -39,6 +44,7 @@ from edgegw.gateway import Gateway
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import (
+    LOCAL_MESSAGE_MEMBERS,
     LocalRequest,
     check_request,
     named_profile,
@@ -172,7 +178,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             log.debug("client went away; upstream request to %s cancelled", provider)
         elif outcome.error is not None:
             log.warning("%s %.200r: stream ended with %.64r", provider, req.model, outcome.error)
-    except GatewayError as e:
+    except (GatewayError, RequestError) as e:  # what the boundary answers with
         status = e.status
         if status >= 500:
             log.warning("%s %.200r: %d %.64r", provider, req.model, status, e.code)
@@ -405,7 +411,7 @@ async def _local_mcp(
     checked by the SIE contract (the tools added count against the profile's caps)."""
     assert gw.mcp is not None
     model = LocalModel(gw.exchanges, gw.fleet, rt, _local_check(gw, call, rt, forbid))
-    first = req.upstream_body(req.model, tools=offered.json)
+    first = req.upstream_body(req.model, tools=offered.json, keep=LOCAL_MESSAGE_MEMBERS)
     _, tool_check = _guards(gw, call, req.model)
     return await mcp_agent.run(
         gw.exchanges,

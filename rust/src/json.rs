@@ -459,6 +459,97 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Append the JSON text `src` (already validated) to `out`, compact, without the object
+/// members for which `drop(path, key, value)` is true. `path` holds the keys of the members
+/// enclosing the object (array items add none), so a rule can name a nested member.
+/// Kept values keep their source bytes; only insignificant white space is lost.
+pub fn write_without(
+    out: &mut Vec<u8>,
+    src: &[u8],
+    drop: &dyn Fn(&[&str], &str, &Value<'_>) -> bool,
+) -> Result<(), Rejection> {
+    let text = std::str::from_utf8(src).map_err(|_| bad("invalid UTF-8"))?;
+    let mut p = Parser {
+        src: text,
+        bytes: src,
+        pos: 0,
+    };
+    let mut path = Vec::new();
+    p.skip_ws();
+    p.copy_without(out, &mut path, drop, 1)
+}
+
+impl<'a> Parser<'a> {
+    fn copy_without(
+        &mut self,
+        out: &mut Vec<u8>,
+        path: &mut Vec<Cow<'a, str>>,
+        drop: &dyn Fn(&[&str], &str, &Value<'_>) -> bool,
+        depth: usize,
+    ) -> Result<(), Rejection> {
+        self.enter(depth)?;
+        let (open, close) = match self.peek() {
+            Some(b'{') => (b'{', b'}'),
+            Some(b'[') => (b'[', b']'),
+            _ => {
+                let start = self.pos;
+                self.parse_value(depth)?;
+                out.extend_from_slice(&self.bytes[start..self.pos]);
+                return Ok(());
+            }
+        };
+        self.pos += 1;
+        out.push(open);
+        let mut first = true;
+        self.skip_ws();
+        if self.peek() == Some(close) {
+            self.pos += 1;
+            out.push(close);
+            return Ok(());
+        }
+        loop {
+            self.skip_ws();
+            if open == b'{' {
+                let key_start = self.pos;
+                let key = self.parse_key()?;
+                let key_end = self.pos;
+                self.skip_ws();
+                self.expect(b':')?;
+                self.skip_ws();
+                let value_start = self.pos;
+                let value = self.parse_value(depth + 1)?;
+                let names: Vec<&str> = path.iter().map(AsRef::as_ref).collect();
+                if !drop(&names, &key, &value) {
+                    self.pos = value_start;
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    out.extend_from_slice(&self.bytes[key_start..key_end]);
+                    out.push(b':');
+                    path.push(key);
+                    self.copy_without(out, path, drop, depth + 1)?;
+                    path.pop();
+                }
+            } else {
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                self.copy_without(out, path, drop, depth + 1)?;
+            }
+            self.skip_ws();
+            match self.next() {
+                Some(b',') => {}
+                Some(b) if b == close => break,
+                _ => return Err(self.unexpected()),
+            }
+        }
+        out.push(close);
+        Ok(())
+    }
+}
+
 /// Append `s` as a JSON string literal (quotes included) to `out`.
 pub fn write_string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
@@ -592,6 +683,34 @@ mod tests {
         assert!(ok("9223372036854775808").is_integer());
         assert_eq!(ok("1.0").as_i64(), None);
         assert_eq!(ok("1e2").as_i64(), None);
+    }
+
+    #[test]
+    fn without_members_keeps_the_rest_byte_for_byte() {
+        let src = br#"[ {"role":"assistant","content":"a\u00e9","annotations":[],"n":1.50e3,
+            "tool_calls":[{"index":0,"id":"c","function":{"name":"f","parsed_arguments":{"x":1}}}]},
+            {"content":null,"refusal":null} ]"#;
+        let drop = |path: &[&str], key: &str, v: &Value<'_>| {
+            key == "annotations"
+                || (v.is_null() && key != "content")
+                || (path == ["tool_calls"] && key == "index")
+                || (path == ["tool_calls", "function"] && key == "parsed_arguments")
+        };
+        let mut out = Vec::new();
+        write_without(&mut out, src, &drop).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            r#"[{"role":"assistant","content":"a\u00e9","n":1.50e3,"tool_calls":[{"id":"c","function":{"name":"f"}}]},{"content":null}]"#
+        );
+        // Dropping every member leaves an empty object, never a stray comma.
+        let mut out = Vec::new();
+        write_without(
+            &mut out,
+            br#"{"a":1,"b":2}"#,
+            &|_: &[&str], _: &str, _: &Value<'_>| true,
+        )
+        .unwrap();
+        assert_eq!(out, b"{}");
     }
 
     #[test]

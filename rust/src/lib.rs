@@ -150,6 +150,12 @@ mod binding {
         fn remote_unsupported<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
             PyTuple::new(py, &self.inner.remote_unsupported)
         }
+        /// The optional message members the messages carry (response members the SDKs
+        /// send back, `refusal`, reasoning), by name, sorted.
+        #[getter]
+        fn message_members<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+            PyTuple::new(py, &self.inner.message_members)
+        }
         /// Present fields a local worker cannot honour, sorted.
         #[getter]
         fn local_unsupported<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -176,7 +182,10 @@ mod binding {
         /// `rename` (from, to) applied when the body has `from` and no `to`.
         /// `tools`: the JSON of tool objects, comma-separated, appended to `tools`.
         /// With `ask_usage`, a stream that did not ask for usage asks for it.
-        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new(), tools = None, ask_usage = false))]
+        /// `keep`: the optional message members the target takes (`message_members`);
+        /// the others and null members are left out. None: messages as sent.
+        #[pyo3(signature = (model, omit = Vec::new(), *, rename = Vec::new(), tools = None, ask_usage = false, keep = None))]
+        #[allow(clippy::too_many_arguments)]
         fn upstream_body<'py>(
             &self,
             py: Python<'py>,
@@ -185,13 +194,21 @@ mod binding {
             rename: Vec<(String, String)>,
             tools: Option<&[u8]>,
             ask_usage: bool,
+            keep: Option<Vec<String>>,
         ) -> Bound<'py, PyBytes> {
             let omit: Vec<&str> = omit.iter().map(String::as_str).collect();
             let rename: Vec<(&str, &str)> = rename
                 .iter()
                 .map(|(from, to)| (from.as_str(), to.as_str()))
                 .collect();
-            let add = request::Additions { tools, ask_usage };
+            let keep: Option<Vec<&str>> = keep
+                .as_ref()
+                .map(|k| k.iter().map(String::as_str).collect());
+            let add = request::Additions {
+                tools,
+                ask_usage,
+                keep: keep.as_deref(),
+            };
             let out = self.inner.upstream_body_with(
                 self.body.bind(py).as_bytes(),
                 model,

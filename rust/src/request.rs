@@ -236,6 +236,37 @@ const MESSAGE_KEYS: &[&str] = &[
 ];
 /// OpenAI message members outside the SIE contract (a local fault, forwarded remotely).
 const REMOTE_MESSAGE_KEYS: &[&str] = &["audio", "function_call"];
+/// Members of OpenAI's chat response message, not of its request message, that the official
+/// SDKs send back when a returned message is appended to the conversation (openai-python's
+/// and openai-node's `annotations` and stream helpers' `parsed`): accepted on an assistant
+/// message.
+const RESPONSE_MESSAGE_KEYS: &[&str] = &["annotations", "parsed"];
+
+/// Message members a target may not take, as (path below the message, key, name): each is
+/// written upstream only to a target whose `keep` list names it ([`Additions::keep`]).
+/// The response members come back from the SDKs; `refusal` and the reasoning members are
+/// request members that only some providers accept.
+#[rustfmt::skip]
+const OPTIONAL_MESSAGE_MEMBERS: &[(&[&str], &str, &str)] = &[
+    (&[],                        "annotations",      "annotations"),
+    (&[],                        "parsed",           "parsed"),
+    (&[],                        "refusal",          "refusal"),
+    (&[],                        "reasoning_content", "reasoning_content"),
+    (&[],                        "reasoning",        "reasoning"),
+    // openai-python's `chat.completions.stream()` final message.
+    (&["tool_calls"],            "index",            "tool_calls.index"),
+    (&["tool_calls", "function"], "parsed_arguments", "tool_calls.function.parsed_arguments"),
+];
+
+/// Whether a message member is left out for a target that keeps `keep`: a null value of an
+/// optional member (every member but `content`, whose null says "no text" beside tool calls),
+/// or an [`OPTIONAL_MESSAGE_MEMBERS`] entry the target does not take.
+fn left_out(keep: &[&str], path: &[&str], key: &str, value: &Value<'_>) -> bool {
+    (path.is_empty() && value.is_null() && key != "content")
+        || OPTIONAL_MESSAGE_MEMBERS
+            .iter()
+            .any(|&(at, k, name)| at == path && k == key && !keep.contains(&name))
+}
 
 /// A validated request. Owns no body bytes: spans index the body it was parsed from.
 #[derive(Debug, Clone)]
@@ -253,6 +284,10 @@ pub struct Parsed {
     pub has_images: bool,
     /// Whether a message carries `reasoning_content` or `reasoning` (null included).
     pub has_reasoning: bool,
+    /// The [`OPTIONAL_MESSAGE_MEMBERS`] the messages carry with a value, by name, sorted.
+    pub message_members: Vec<&'static str>,
+    /// Whether a message has a null member that [`left_out`] drops.
+    pub message_nulls: bool,
     /// Top-level fields present with a non-null value, sorted (what a target must honour).
     pub fields: Vec<&'static str>,
     /// Value-level extensions a target must also honour (`response_format.regex`, ...).
@@ -362,6 +397,8 @@ impl Parsed {
             } else if ask && name == "stream_options" {
                 self.write_usage_options(&mut out);
                 asked = true;
+            } else if let (true, Some(keep)) = (name == "messages", add.keep) {
+                self.write_messages(&mut out, &body[start..end], keep);
             } else {
                 out.extend_from_slice(&body[start..end]);
             }
@@ -386,6 +423,21 @@ impl Parsed {
         out
     }
 
+    /// The `messages` member's value for a target that takes the optional members in `keep`
+    /// ([`left_out`]); the source bytes when nothing is left out.
+    fn write_messages(&self, out: &mut Vec<u8>, value: &[u8], keep: &[&str]) {
+        let trims = self.message_nulls || self.message_members.iter().any(|m| !keep.contains(m));
+        let mark = out.len();
+        if trims
+            && json::write_without(out, value, &|path, key, v| left_out(keep, path, key, v)).is_ok()
+        {
+            return;
+        }
+        // Validated bytes cannot fail to parse again; if they ever did, they go as they came.
+        out.truncate(mark);
+        out.extend_from_slice(value);
+    }
+
     fn write_usage_options(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(br#"{"include_usage":true"#);
         match self.include_obfuscation {
@@ -407,6 +459,9 @@ pub struct Additions<'a> {
     /// `include_obfuscation`. Nothing changes for a request that does not stream, asks
     /// already, or omits `stream_options`.
     pub ask_usage: bool,
+    /// The [`OPTIONAL_MESSAGE_MEMBERS`] the target takes, by name: the others, and every
+    /// null member but `content`, are left out of the messages. None: messages as sent.
+    pub keep: Option<&'a [&'a str]>,
 }
 
 /// Write `value` (a validated `tools` member: an array or `null`) with `added` appended.
@@ -454,6 +509,8 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         max_tokens: None,
         has_images: false,
         has_reasoning: false,
+        message_members: Vec::new(),
+        message_nulls: false,
         fields: Vec::new(),
         features: Vec::new(),
         remote_unsupported: Vec::new(),
@@ -518,6 +575,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         p.has_reasoning = messages
             .iter()
             .any(|m| m.get("reasoning_content").is_some() || m.get("reasoning").is_some());
+        note_optional_members(&mut p, messages);
     }
 
     // 3. Any other field this endpoint does not take; the alphabetically first is reported.
@@ -551,6 +609,45 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     p.remote_unsupported.sort_unstable();
     p.local_unsupported.sort_unstable();
     Ok(p)
+}
+
+/// Fill [`Parsed::message_members`] and [`Parsed::message_nulls`] from validated messages.
+fn note_optional_members(p: &mut Parsed, messages: &[Value<'_>]) {
+    let mut found = |path: &[&str], key: &str, value: &Value<'_>| {
+        if path.is_empty() && value.is_null() && key != "content" {
+            p.message_nulls = true;
+        } else if let Some(&(_, _, name)) = OPTIONAL_MESSAGE_MEMBERS
+            .iter()
+            .find(|&&(at, k, _)| at == path && k == key)
+        {
+            if !value.is_null() && !p.message_members.contains(&name) {
+                p.message_members.push(name);
+            }
+        }
+    };
+    for m in messages {
+        let Value::Object(members) = m else { continue };
+        for (key, value) in members {
+            found(&[], key, value);
+        }
+        let Some(Value::Array(calls)) = m.get("tool_calls") else {
+            continue;
+        };
+        for call in calls {
+            let Value::Object(members) = call else {
+                continue;
+            };
+            for (key, value) in members {
+                found(&["tool_calls"], key, value);
+            }
+            if let Some(Value::Object(members)) = call.get("function") {
+                for (key, value) in members {
+                    found(&["tool_calls", "function"], key, value);
+                }
+            }
+        }
+    }
+    p.message_members.sort_unstable();
 }
 
 fn logprobs_on(v: Option<&Value>) -> bool {
@@ -970,7 +1067,17 @@ fn check_messages(fault: &mut Option<Rejection>, v: &Value) -> Result<bool, Reje
                         format!("'{k}' must be an object"),
                     ));
                 }
-                note(fault, Rejection::unsupported(format!("messages[{i}].{k}")));
+                // A null member is left out of what a worker is sent.
+                if !value.is_null() {
+                    note(fault, Rejection::unsupported(format!("messages[{i}].{k}")));
+                }
+            } else if role == "assistant" && RESPONSE_MESSAGE_KEYS.contains(&k.as_ref()) {
+                if k == "annotations" && !matches!(value, Value::Array(_) | Value::Null) {
+                    return Err(Rejection::invalid(
+                        format!("messages[{i}].annotations"),
+                        "'annotations' must be an array",
+                    ));
+                }
             } else if !MESSAGE_KEYS.contains(&k.as_ref()) {
                 return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
             }
@@ -1964,5 +2071,78 @@ mod tests {
             (e.code(), e.param()),
             ("invalid_request", Some("messages[0].reasoning"))
         );
+    }
+
+    /// What the official SDKs send back when a returned message is appended to the
+    /// conversation: accepted for every target, written to each as its `keep` says.
+    #[test]
+    fn response_members_round_trip() {
+        let body = br#"{"model":"m","messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello!","refusal":null,"annotations":[],"audio":null,"function_call":null,"tool_calls":null,"parsed":null},{"role":"assistant","content":null,"refusal":"no","tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"f","arguments":"{}","parsed_arguments":{}}}]},{"role":"tool","tool_call_id":"c1","content":"1"}]}"#;
+        let p = parse_chat(body).unwrap();
+        assert!(p.local_fault.is_none(), "{:?}", p.local_fault);
+        assert!(p.message_nulls);
+        assert_eq!(
+            p.message_members,
+            [
+                "annotations",
+                "refusal",
+                "tool_calls.function.parsed_arguments",
+                "tool_calls.index"
+            ]
+        );
+        let write = |keep: Option<&[&str]>| {
+            let add = Additions {
+                keep,
+                ..Additions::default()
+            };
+            let out = p.upstream_body_with(body, "up", &[], &[], add);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            write(Some(&[])),
+            r#"{"model":"up","messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello!"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"1"}]}"#
+        );
+        let kept = write(Some(&["annotations", "refusal"]));
+        assert!(
+            kept.contains(r#""content":"Hello!","annotations":[]}"#),
+            "{kept}"
+        );
+        assert!(
+            kept.contains(r#""refusal":"no","tool_calls":[{"id":"c1""#),
+            "{kept}"
+        );
+        // None: the messages exactly as sent.
+        assert!(write(None).contains(r#""refusal":null,"annotations":[],"audio":null"#));
+        // Nothing to leave out: the source bytes, spacing included.
+        let plain = br#"{"model":"m","messages":[ {"role":"user", "content":"Hi"} ]}"#;
+        let q = parse_chat(plain).unwrap();
+        let add = Additions {
+            keep: Some(&[]),
+            ..Additions::default()
+        };
+        let out = q.upstream_body_with(plain, "m", &[], &[], add);
+        assert_eq!(out, plain.as_slice());
+        // Response members are an assistant's only, and still checked; others stay refused.
+        for (msgs, code, param) in [
+            (
+                r#"[{"role":"user","content":"a","annotations":[]}]"#,
+                "unsupported_field",
+                "messages[0].annotations",
+            ),
+            (
+                r#"[{"role":"assistant","content":"a","annotations":{}}]"#,
+                "invalid_request",
+                "messages[0].annotations",
+            ),
+            (
+                r#"[{"role":"assistant","content":"a","logprobs":null}]"#,
+                "unsupported_field",
+                "messages[0].logprobs",
+            ),
+        ] {
+            let e =
+                parse_chat(format!(r#"{{"model":"m","messages":{msgs}}}"#).as_bytes()).unwrap_err();
+            assert_eq!((e.code(), e.param()), (code, Some(param)), "{msgs}");
+        }
     }
 }
