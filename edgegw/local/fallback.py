@@ -32,7 +32,10 @@ REFUSALS: dict[str, tuple[int, str, str, bytes | None]] = {
 }
 _MESSAGES = {
     "provisioning": "no local worker of '{}' is up yet",
-    "model_loading": "the local workers of '{}' have not loaded it yet",
+    # A healthy worker that lists other models (edgegw.local.fleet); what it lists, which may
+    # be a path on the worker's host, is in the gateway's log, not in the answer.
+    "model_loading": "the local workers of '{}' serve a different model (the gateway's log "
+    "names what they list)",
     "saturated": "the local workers of '{}' cannot queue the request now",
     "unhealthy": "the local workers of '{}' are not answering",
 }

@@ -6,8 +6,10 @@ Each worker is probed with `GET /health` every `HEALTH_INTERVAL_S`, and a health
 can take a request, `unavailable()` names the state, as SIE's fallback reason:
   provisioning   no worker of the model has passed a health check since the start (or the
                  profile lists none);
-  model_loading  a worker passes its health check but does not list the model (loading it,
-                 or serving another);
+  model_loading  a worker passes its health check but lists other models, not the profile's
+                 `served_name` (loading it, or serving another: SGLang lists its
+                 --served-model-name from the start, so a worker launched without it lists
+                 its model path; logged as a WARNING naming both, once per state change);
   unhealthy      a worker that was healthy fails its checks (or its connection) now;
   saturated      every routable worker is at MAX_IN_FLIGHT (serve.py adds: or answered
                  429/503). Within the chosen pool (the profile's workers, narrowed by `X-SIE-Pool` and
@@ -41,20 +43,23 @@ HEALTH_TIMEOUT_S = 2.0
 # Requests one worker may have in flight from this gateway before it counts as saturated
 # and affinity gives way to the least loaded worker.
 MAX_IN_FLIGHT = 256
+# The other models a worker lists that are kept (and named in its warning).
+MAX_LISTED = 8
 
 
 @dataclass(eq=False)
 class WorkerState:
     worker: Worker
     origin: Origin
-    # The model's name as the worker lists it in /v1/models.
+    # The model's name as the worker lists it in /v1/models (the profile's served_name).
     model: str = ""
     # The last /health answered 200.
     healthy: bool = False
     # A /health answered 200 since the gateway started.
     ever_healthy: bool = False
-    # False while the worker's /v1/models does not list the model.
-    loaded: bool = True
+    # What its /v1/models lists instead of the model (empty: it lists the model, or says
+    # nothing usable).
+    listed: tuple[str, ...] = ()
     checked: bool = False
     in_flight: int = 0
     max_model_len: int | None = None
@@ -63,6 +68,10 @@ class WorkerState:
     @property
     def saturated(self) -> bool:
         return self.in_flight >= MAX_IN_FLIGHT
+
+    @property
+    def loaded(self) -> bool:
+        return not self.listed
 
     @property
     def routable(self) -> bool:
@@ -102,7 +111,7 @@ class Fleet:
         for m in models:
             runtime = LocalRuntime(m)
             for w in m.workers:
-                runtime.workers.append(WorkerState(w, Origin.from_url(w.url), m.name))
+                runtime.workers.append(WorkerState(w, Origin.from_url(w.url), m.served_name))
             self.models[m.name] = runtime
 
     def all_workers(self) -> list[WorkerState]:
@@ -126,40 +135,52 @@ class Fleet:
                 nursery.start_soon(self.check, w)
 
     async def check(self, w: WorkerState) -> None:
-        ok, loaded = False, w.loaded
+        ok, listed = False, w.listed
         with trio.move_on_after(HEALTH_TIMEOUT_S):
             try:
                 status, _ = await self._get(w, b"/health")
                 ok = status == 200
                 if ok:
-                    loaded = await self._lists_model(w)
+                    listed = await self._other_models(w)
                 if ok and w.vocab_size is None:
                     await self._learn(w)
             except GatewayError:
                 ok = False
-        state = ("healthy" if loaded else "loading") if ok else "unhealthy"
-        if ok != w.healthy or loaded != w.loaded or not w.checked:
-            log.info("worker %s is %s", w.worker.url, state)
-        w.healthy, w.loaded, w.checked = ok, loaded, True
+        if ok != w.healthy or listed != w.listed or not w.checked:
+            if ok and listed:
+                log.warning(
+                    "worker %s lists %s, not %r: it is not routed to (the profile's "
+                    "served_model_name must be what the worker serves: SGLang's "
+                    "--served-model-name, by default its model path)",
+                    w.worker.url,
+                    ", ".join(repr(name[:200]) for name in listed),
+                    w.model,
+                )
+            else:
+                log.info("worker %s is %s", w.worker.url, "healthy" if ok else "unhealthy")
+        w.healthy, w.listed, w.checked = ok, listed, True
         w.ever_healthy = w.ever_healthy or ok
 
-    async def _lists_model(self, w: WorkerState) -> bool:
-        """Whether the worker's /v1/models lists the model (an answer that says nothing
-        usable counts as yes); learns its context length from the model's card."""
+    async def _other_models(self, w: WorkerState) -> tuple[str, ...]:
+        """What the worker's /v1/models lists when it does not list the model; empty when
+        it does (or its answer says nothing usable). Learns its context length from the
+        model's card."""
         status, body = await self._get(w, b"/v1/models")
         if status != 200:
-            return True
+            return ()
         try:
             cards = [c for c in orjson.loads(body).get("data") or () if isinstance(c, dict)]
         except (orjson.JSONDecodeError, AttributeError, TypeError):
-            return True
+            return ()
         if not cards:
-            return True
+            return ()
         mine = [c for c in cards if c.get("id") == w.model]
         for card in mine or cards[:1]:
             if isinstance(card.get("max_model_len"), int) and w.max_model_len is None:
                 w.max_model_len = card["max_model_len"]
-        return bool(mine)
+        if mine:
+            return ()
+        return tuple(c["id"] if isinstance(c.get("id"), str) else "?" for c in cards[:MAX_LISTED])
 
     async def _learn(self, w: WorkerState) -> None:
         """The worker's vocabulary size, when it says it."""

@@ -11,6 +11,7 @@ Example (every key but `name` and `workers` is optional):
 
     local_models:
       - name: qwen3-8b                     # what clients send as "model"
+        served_model_name: Qwen/Qwen3-8B   # what the workers list and are sent (default: name)
         workers:
           - {url: "http://10.0.0.5:30000", pool: default, machine_profile: h100}
         tokenizer: tokenizers/qwen3.json   # tokenizer.json, for counting tokens
@@ -35,6 +36,10 @@ be empty for a model with a `remote_fallback` (it is provisioning until workers 
 `qwen3-8b:h100` names the local profile (served locally, never falling back) and
 `qwen3-8b:cloud` the remote one (served by `remote_fallback`, with no fallback reason).
 `capabilities` gate `tools` and the constrained-decoding `response_format`s (absent: all).
+`served_model_name` is the name the workers list in `/v1/models` and are sent as `model`:
+SGLang's `--served-model-name`, which SIE sets to the profile's name (the default here); a
+worker launched without it lists its model path, and is not routed to until the profile
+names that path.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ _POOL = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 # A model name is sent as-is in `model`: no provider prefix, no spaces or control bytes.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+@-]{0,127}$")
 _URL = re.compile(r"^https?://[^/\s?#]+(/[^\s?#]*)?$")
+# SGLang's served name is free text (its default is the model path): printable, no edge spaces.
+MAX_SERVED_NAME = 256
 
 # default_sampling keys and their valid ranges (SGLang's SamplingParams.verify).
 _SAMPLING: dict[str, tuple[float, float, bool]] = {
@@ -68,6 +75,7 @@ _SAMPLING: dict[str, tuple[float, float, bool]] = {
 _MODEL_KEYS = frozenset(
     {
         "name",
+        "served_model_name",
         "workers",
         "tokenizer",
         "context_window",
@@ -129,6 +137,13 @@ class LocalModel:
     tools: bool = True
     grammars: frozenset[str] = frozenset(GRAMMARS)
     stop_tokens: tuple[str, ...] = ()
+    # The model's name on its workers (None: `name`, as SIE launches SGLang).
+    served_model_name: str | None = None
+
+    @property
+    def served_name(self) -> str:
+        """What the workers list in /v1/models and are sent as `model`."""
+        return self.served_model_name or self.name
 
 
 def parse_gpu_aliases(value: str) -> Mapping[str, str]:
@@ -196,6 +211,19 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
     for key in data:
         if key not in _MODEL_KEYS:
             raise fail(str(key), "unknown key")
+
+    served = data.get("served_model_name")
+    if served is not None and (
+        not isinstance(served, str)
+        or not 0 < len(served) <= MAX_SERVED_NAME
+        or not served.isprintable()
+        or served != served.strip()
+    ):
+        raise fail(
+            "served_model_name",
+            f"expected the name the workers serve the model as (1-{MAX_SERVED_NAME} printable "
+            "characters, as SGLang's --served-model-name)",
+        )
 
     workers_raw = data.get("workers")
     if not isinstance(workers_raw, list) or not (workers_raw or data.get("remote_fallback")):
@@ -342,4 +370,5 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
         tools=tools,
         grammars=frozenset(grammars),
         stop_tokens=tuple(dict.fromkeys(stop_tokens)),
+        served_model_name=served,
     )

@@ -95,7 +95,7 @@ def sglang_chat_body(
         ):
             continue
         body[key] = value
-    body["model"] = rt.profile.name
+    body["model"] = rt.profile.served_name
     body["messages"] = [
         ({**m, "role": "system"} if m.get("role") == "developer" else m) for m in doc["messages"]
     ]
@@ -132,7 +132,7 @@ def sglang_completions_body(
     doc: dict[str, Any], rt: LocalRuntime, cap: int, rid: str, stream: bool
 ) -> dict[str, Any]:
     body = {k: v for k, v in doc.items() if v is not None}
-    body["model"] = rt.profile.name
+    body["model"] = rt.profile.served_name
     body["max_tokens"] = cap
     if isinstance(body.get("prompt"), list):
         body["prompt"] = body["prompt"][0]
