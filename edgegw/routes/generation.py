@@ -31,12 +31,7 @@ from collections.abc import Callable
 
 import trio
 
-from edgegw._core import (
-    ParsedRequest,
-    RequestError,
-    parse_chat_request,
-    parse_completions_request,
-)
+from edgegw._core import ParsedRequest, RequestError, parse_chat_request, parse_completions_request
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
