@@ -150,7 +150,7 @@ def _alias(
     deployments: list[Deployment] = []
     for i, item in enumerate(items):
         d = _deployment(where, f"{at}.deployments[{i}]", item, strategy, configured, local)
-        if d in deployments:
+        if any(seen.name == d.name for seen in deployments):  # whatever their weights
             raise RoutingConfigError(f"{where}: {at}.deployments[{i}]: listed twice")
         deployments.append(d)
     attempts = spec.get("max_attempts", min(DEFAULT_MAX_ATTEMPTS, len(deployments)))

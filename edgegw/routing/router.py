@@ -20,7 +20,8 @@ strategy's order: the cursor's rotation, weights descending, latency ascending.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import trio
@@ -55,12 +56,14 @@ class RoutingMetrics(Protocol):
 
 
 class DeploymentState:
-    """What this process knows of one deployment (shared by the aliases naming it)."""
+    """What this process knows of one deployment's upstream: its breaker, latency and
+    Retry-After, shared by every alias naming it (a broken or rate-limited upstream is so
+    for each of them). How an alias spreads its requests is the alias's own (`Pool`)."""
 
-    __slots__ = ("deployment", "breaker", "latency_s", "retry_until")
+    __slots__ = ("name", "breaker", "latency_s", "retry_until")
 
-    def __init__(self, deployment: Deployment, breaker: Breaker) -> None:
-        self.deployment = deployment
+    def __init__(self, name: str, breaker: Breaker) -> None:
+        self.name = name  # provider/model
         self.breaker = breaker
         self.latency_s: float | None = None  # EWMA of the time to the answer head
         self.retry_until = 0.0
@@ -81,34 +84,46 @@ class DeploymentState:
             self.latency_s += EWMA_ALPHA * (seconds - self.latency_s)
 
 
+@dataclass(frozen=True, slots=True)
+class Member:
+    """A deployment as one alias lists it (its weight) with its upstream's shared state."""
+
+    deployment: Deployment
+    state: DeploymentState
+
+
 class Pool:
-    """One alias: its deployments' states and its strategy's memory."""
+    """One alias: its members and its strategy's memory (the cursor, the weights' running
+    counts), which no other alias shares."""
 
-    __slots__ = ("alias", "states", "cursor", "current")
+    __slots__ = ("alias", "members", "cursor", "current")
 
-    def __init__(self, alias: Alias, states: list[DeploymentState]) -> None:
+    def __init__(self, alias: Alias, states: Mapping[str, DeploymentState]) -> None:
         self.alias = alias
-        self.states = states
+        self.members = [Member(d, states[d.name]) for d in alias.deployments]
         self.cursor = 0
-        self.current = [0] * len(states)  # smooth weighted round robin
+        self.current = [0] * len(self.members)  # smooth weighted round robin
 
-    def order(self) -> list[DeploymentState]:
+    def order(self) -> list[Member]:
         """This request's deployments, first choice first."""
-        n = len(self.states)
+        members = self.members
+        n = len(members)
         start = self.cursor
         self.cursor = (start + 1) % n
-        rotated = [self.states[(start + i) % n] for i in range(n)]
+        rotated = [members[(start + i) % n] for i in range(n)]
         strategy = self.alias.strategy
         if strategy == "weighted":
-            weights = [s.deployment.weight for s in self.states]
+            weights = [m.deployment.weight for m in members]
             for i, w in enumerate(weights):
                 self.current[i] += w
             pick = max(range(n), key=lambda i: (self.current[i], -i))
             self.current[pick] -= sum(weights)
             rest = sorted((i for i in range(n) if i != pick), key=lambda i: (-weights[i], i))
-            return [self.states[pick], *(self.states[i] for i in rest)]
+            return [members[pick], *(members[i] for i in rest)]
         if strategy == "least_latency":
-            return sorted(rotated, key=lambda s: -1.0 if s.latency_s is None else s.latency_s)
+            return sorted(
+                rotated, key=lambda m: -1.0 if m.state.latency_s is None else m.state.latency_s
+            )
         return rotated
 
 
@@ -116,18 +131,17 @@ class Router:
     def __init__(self, config: RoutingConfig, metrics: RoutingMetrics) -> None:
         self.config = config
         self.metrics = metrics
+        # One state per upstream, shared by the aliases naming it (a broken upstream is broken
+        # for each); weights and cursors are each alias's own, in its Pool.
         self.states: dict[str, DeploymentState] = {}
         policy = config.breaker
         for alias in config.aliases.values():
             for d in alias.deployments:
                 if d.name not in self.states:
                     breaker = Breaker(policy.failures, policy.cooldown_s)
-                    self.states[d.name] = DeploymentState(d, breaker)
+                    self.states[d.name] = DeploymentState(d.name, breaker)
                     metrics.record_breaker_state(d.name, breaker.state.value)
-        self.pools = {
-            name: Pool(alias, [self.states[d.name] for d in alias.deployments])
-            for name, alias in config.aliases.items()
-        }
+        self.pools = {name: Pool(alias, self.states) for name, alias in config.aliases.items()}
 
     def pool(self, model: str) -> Pool | None:
         """The alias `model` names exactly, if any."""
@@ -138,7 +152,7 @@ class Router:
 
     def _breaker_changed(self, state: DeploymentState, before: BreakerState) -> None:
         if state.breaker.state is not before:
-            self.metrics.record_breaker_state(state.deployment.name, state.breaker.state.value)
+            self.metrics.record_breaker_state(state.name, state.breaker.state.value)
 
 
 class Screen:
@@ -181,19 +195,21 @@ class Trip:
         alias = self.pool.alias
         order = self.pool.order()
         tried = 0
-        for i, state in enumerate(order):
+        for i, member in enumerate(order):
+            state, d = member.state, member.deployment
             now = trio.current_time()
             if tried == alias.max_attempts or not state.available(now):
                 continue
             tried += 1
-            last = tried == alias.max_attempts or not any(s.available(now) for s in order[i + 1 :])
+            later = order[i + 1 :]
+            last = tried == alias.max_attempts or not any(m.state.available(now) for m in later)
             screen = Screen(last)
             before = state.breaker.state
             state.breaker.begin(now)
             self.router._breaker_changed(state, before)
-            self.selected = state.deployment
+            self.selected = d
             try:
-                outcome = await attempt(state.deployment, screen)
+                outcome = await attempt(d, screen)
             except Failover as f:
                 if screen.answered_at is None:
                     # Not sent (no free local worker, X-SIE-Remote: forbid): no verdict.
@@ -201,9 +217,7 @@ class Trip:
                 else:  # a 5xx counts against the breaker; a 429 is its Retry-After
                     self._settle(state, screen, failed=screen.status != 429)
                 self._record(state, "failover")
-                self.router.metrics.record_routing_failover(
-                    alias.name, state.deployment.name, f.reason
-                )
+                self.router.metrics.record_routing_failover(alias.name, d.name, f.reason)
                 continue
             except GatewayError as e:
                 unanswered = screen.answered_at is None
@@ -211,16 +225,14 @@ class Trip:
                 if transport and not screen.last:
                     self._settle(state, screen, failed=True)
                     self._record(state, "failover")
-                    self.router.metrics.record_routing_failover(
-                        alias.name, state.deployment.name, "connect"
-                    )
+                    self.router.metrics.record_routing_failover(alias.name, d.name, "connect")
                     continue
                 if unanswered and not transport and e.code != "upstream_timeout":
                     self._abandon(state)  # refused before it was sent: no verdict
                 else:
                     self._settle(state, screen, failed=unanswered or screen.status >= 500)
                 self._record(state, "error")
-                e.headers = (*e.headers, *selected_headers(state.deployment))
+                e.headers = (*e.headers, *selected_headers(d))
                 raise
             except BaseException:
                 self._abandon(state)
@@ -256,14 +268,12 @@ class Trip:
         self.router._breaker_changed(state, before)
 
     def _record(self, state: DeploymentState, outcome: str) -> None:
-        self.router.metrics.record_routing_attempt(
-            self.pool.alias.name, state.deployment.name, outcome
-        )
+        self.router.metrics.record_routing_attempt(self.pool.alias.name, state.name, outcome)
 
     def _unavailable(self) -> GatewayError:
         """Every deployment is out (breakers open, Retry-After pending): 503 at once."""
         now = trio.current_time()
-        free = min(s.free_at() for s in self.pool.states)
+        free = min(m.state.free_at() for m in self.pool.members)
         wait = max(1, math.ceil(free - now))
         return fail(
             "no_deployment_available",
