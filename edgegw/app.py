@@ -30,8 +30,10 @@ import trio
 from edgegw._core import RequestError, UpstreamProtocolError
 from edgegw.asgi import Call, ClientGone, Receive, Scope, Send
 from edgegw.errors import (
-    INTERNAL_ERROR_BODY,
+    ANTHROPIC_SHAPE,
+    RESPONSES_SHAPE,
     Answerable,
+    ErrorShape,
     GatewayError,
     fail,
     first_answerable,
@@ -66,6 +68,11 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/images/variations": {"POST": native.images_variations},
 }
 PROXY_ROUTE: dict[str, Handler] = dict.fromkeys(proxy.PROXY_METHODS, proxy.proxy)
+# The routes whose API writes errors in its own shape (every other one: OpenAI's envelope).
+ERROR_SHAPES: dict[str, ErrorShape] = {
+    "/v1/messages": ANTHROPIC_SHAPE,
+    "/v1/responses": RESPONSES_SHAPE,
+}
 # Paths without a server span (probes and metric pushes would drown the traces).
 UNTRACED = frozenset({"/health", "/v1/metrics"})
 
@@ -85,6 +92,9 @@ class App:
 
     async def _http(self, call: Call) -> None:
         started = trio.current_time()
+        shape = ERROR_SHAPES.get(call.path)
+        if shape is not None:
+            call.errors = shape
         tracing = self.gateway.telemetry.tracing
         if tracing is not None and call.path not in UNTRACED:
             headers = call.scope["headers"]
@@ -109,7 +119,10 @@ class App:
             log.exception("unhandled error on %s %s", call.method, call.path)
             error = "internal_error"
             if not answered:
-                await call.respond_json(500, INTERNAL_ERROR_BODY)
+                body = call.errors.answer(
+                    500, "server_error", None, "internal_error", "internal error"
+                )
+                await call.respond_json(500, body)
         finally:
             duration_s = trio.current_time() - started
             if call.trace is not None and call.trace.finish(call.note.status or call.status, error):
@@ -184,7 +197,7 @@ class App:
 
 
 async def _answer_error(call: Call, e: Answerable) -> None:
-    status, extra, body = render_error(e)
+    status, extra, body = render_error(e, call.errors)
     await call.respond_json(status, body, extra)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-from edgegw.errors import Headers, invalid_content_length, payload_too_large
+from edgegw.errors import OPENAI_SHAPE, Headers, invalid_content_length, payload_too_large
 from edgegw.ids import random_bits
 
 Scope = dict[str, Any]
@@ -79,6 +79,7 @@ class Call:
         "trace_context",
         "note",
         "identity",
+        "errors",
     )
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,6 +105,8 @@ class Call:
         # The verified OIDC claims of the caller (set by the app's authentication step);
         # None without OIDC or when a client key admitted the request.
         self.identity: dict[str, Any] | None = None
+        # How errors edgegw raises are written: the route's API's shape (app.py sets it).
+        self.errors = OPENAI_SHAPE
 
     def answered_into(self, send: Send) -> Call:
         """This request, its answer sent into `send` (a capture whose content the request's
@@ -118,6 +121,7 @@ class Call:
         other.status = None
         other.trace, other.note, other.identity = self.trace, self.note, self.identity
         other.trace_context = self.trace_context
+        other.errors = self.errors
         return other
 
     async def send(self, message: dict[str, Any]) -> None:

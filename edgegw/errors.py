@@ -12,7 +12,8 @@ error answer keeps the upstream's status and code (`GatewayError` directly, see
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import orjson
 
@@ -183,14 +184,86 @@ def envelope(message: str, type: str, param: str | None, code: str | None) -> by
 Answerable = GatewayError | RequestError | UpstreamProtocolError
 
 
-def render_error(exc: Answerable) -> tuple[int, Headers, bytes]:
-    """(status, extra headers, body) for an error raised anywhere in the pipeline; an
-    upstream's protocol fault that no relay caught is a 502 with its code."""
+# -- each API's own error shapes ----------------------------------------------------------
+
+
+def _anthropic_type(status: int) -> str:
+    """Anthropic's error type for a status (its documented table; 503 is its overload)."""
+    return _ANTHROPIC_TYPES.get(status) or (
+        "invalid_request_error" if status < 500 else "api_error"
+    )
+
+
+_ANTHROPIC_TYPES = {
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def _anthropic_body(status: int, type: str, param: str | None, code: str, message: str) -> bytes:
+    # `code` beside Anthropic's two members: edgegw's stable code, which the SDK keeps in
+    # the error's body and ignores otherwise.
+    error = {"type": _anthropic_type(status), "message": message, "code": code}
+    return orjson.dumps({"type": "error", "error": error})
+
+
+def _openai_event(status: int, code: str, message: str, seq: int) -> bytes:
+    return b"data: " + envelope(message, "server_error", None, code) + b"\n\n"
+
+
+def _anthropic_event(status: int, code: str, message: str, seq: int) -> bytes:
+    return b"event: error\ndata: " + _anthropic_body(status, "", None, code, message) + b"\n\n"
+
+
+def _responses_event(status: int, code: str, message: str, seq: int) -> bytes:
+    doc = {"type": "error", "code": code, "message": message, "param": None, "sequence_number": seq}
+    return b"event: error\ndata: " + orjson.dumps(doc) + b"\n\n"
+
+
+def _openai_body(status: int, type: str, param: str | None, code: str, message: str) -> bytes:
+    return envelope(message, type, param, code)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorShape:
+    """How one API writes an error edgegw raises: the answer's body (`answer(status, type,
+    param, code, message)`), and the last event of a stream that fails after its head
+    (`event(status, code, message, seq)`, `seq` the events already relayed). The route's
+    API chooses it, so each client library sees errors it parses."""
+
+    name: str
+    answer: Callable[[int, str, str | None, str, str], bytes]
+    event: Callable[[int, str, str, int], bytes]
+
+
+# Chat and completions: `{"error": {...}}`, and in a stream an unnamed `data:` event with
+# it, as OpenAI sends (the SDKs raise on it).
+OPENAI_SHAPE = ErrorShape("openai", _openai_body, _openai_event)
+# /v1/messages: `{"type": "error", "error": {"type", "message"}}` with Anthropic's type
+# names, and `event: error` in a stream (the Anthropic SDK skips unnamed events).
+ANTHROPIC_SHAPE = ErrorShape("anthropic", _anthropic_body, _anthropic_event)
+# /v1/responses: OpenAI's envelope for an answer; in a stream the Responses API's `error`
+# event (type, code, message, param, sequence_number).
+RESPONSES_SHAPE = ErrorShape("responses", _openai_body, _responses_event)
+
+
+def render_error(exc: Answerable, shape: ErrorShape = OPENAI_SHAPE) -> tuple[int, Headers, bytes]:
+    """(status, extra headers, body) for an error raised anywhere in the pipeline, in the
+    route's API's shape; an upstream's protocol fault that no relay caught is a 502 with its
+    code."""
     if isinstance(exc, GatewayError):
-        return exc.status, exc.headers, envelope(exc.message, exc.type, exc.param, exc.code)
+        body = shape.answer(exc.status, exc.type, exc.param, exc.code, exc.message)
+        return exc.status, exc.headers, body
     if isinstance(exc, UpstreamProtocolError):
-        return 502, (), envelope(str(exc), "server_error", None, exc.code)
-    return exc.status, (), envelope(str(exc), exc.type, exc.param, exc.code)
+        return 502, (), shape.answer(502, "server_error", None, exc.code, str(exc))
+    return exc.status, (), shape.answer(exc.status, exc.type, exc.param, exc.code, str(exc))
 
 
 def first_answerable(excs: Sequence[BaseException]) -> Answerable | None:
@@ -204,9 +277,6 @@ def first_answerable(excs: Sequence[BaseException]) -> Answerable | None:
             if found is not None:
                 return found
     return None
-
-
-INTERNAL_ERROR_BODY = envelope("internal error", "server_error", None, "internal_error")
 
 
 # Upstream error messages are relayed, but never at any length.

@@ -30,9 +30,10 @@ import trio
 from edgegw.asgi import Receive, Send
 from edgegw.errors import (
     CATALOGUE,
+    OPENAI_SHAPE,
+    ErrorShape,
     GatewayError,
     Headers,
-    envelope,
     shutting_down,
     upstream_timeout,
 )
@@ -199,13 +200,21 @@ class StreamState(enum.Enum):
 class SseWriter:
     """The one writer of every SSE answer; its state says what a failure can still do."""
 
-    __slots__ = ("_send", "_headers", "_outcome", "state")
+    __slots__ = ("_send", "_headers", "_outcome", "state", "shape")
 
-    def __init__(self, send: Send, outcome: Outcome, extra_headers: Headers = ()) -> None:
+    def __init__(
+        self,
+        send: Send,
+        outcome: Outcome,
+        extra_headers: Headers = (),
+        shape: ErrorShape = OPENAI_SHAPE,
+    ) -> None:
         self._send = send
         self._headers = [*SSE_HEADERS, *extra_headers] if extra_headers else SSE_HEADERS
         self._outcome = outcome
         self.state = StreamState.HEAD_PENDING
+        # The route's API: how the error event that ends a failed stream is written.
+        self.shape = shape
 
     async def start(self) -> None:
         await self._send({"type": "http.response.start", "status": 200, "headers": self._headers})
@@ -236,16 +245,16 @@ class SseWriter:
             self._outcome.first_chunk_at = trio.current_time()
 
     async def fail(self, code: str, message: str) -> None:
-        """End a started stream with one error event (no `[DONE]`); before the head, raise
-        the error as an answer instead."""
+        """End a started stream with one error event in the API's shape (no `[DONE]`);
+        before the head, raise the error as an answer instead."""
+        status, _ = CATALOGUE.get(code, (502, "server_error"))
         if self.state is StreamState.HEAD_PENDING:
-            status, _ = CATALOGUE.get(code, (502, "server_error"))
             raise GatewayError(status, code, message, type="server_error")
         if self.state is StreamState.ENDED:
             return
         self._outcome.error = code
         self.state = StreamState.ENDED
-        event = b"data: " + envelope(message, "server_error", None, code) + b"\n\n"
+        event = self.shape.event(status, code, message, self._outcome.events)
         await self._send({"type": "http.response.body", "body": event, "more_body": False})
 
     async def settle(

@@ -27,7 +27,7 @@ from edgegw.asgi import Call
 from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
-from edgegw.tap import has_usage, tap, without_usage
+from edgegw.tap import TAPS, has_usage, without_usage
 from edgegw.upstream import Origin, Response, UpstreamPool
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class Exchanges:
                 or payload.find(b'"tool_calls"') != -1
                 or call.trace is not None
             ):
-                tap(payload, outcome, "message")
+                TAPS[call.errors.name](payload, outcome, "message")
             if ok and inspect is not None:
                 payload, added = await inspect(payload)
                 response_headers = (*response_headers, *added)
@@ -174,7 +174,7 @@ class Exchanges:
         An upstream error before the stream is answered in the envelope (as the upstream
         sent it, with `raw_errors`)."""
         outcome = Outcome()
-        writer = SseWriter(call.send, outcome, response_headers)
+        writer = SseWriter(call.send, outcome, response_headers, call.errors)
         with self.open(call, self.first_byte_timeout_s) as ex:
             resp = await self.send(call, up)
             try:
@@ -214,6 +214,7 @@ class Exchanges:
     ) -> None:
         """`completion`: fed each event's data, with TELEMETRY_TRACING_CONTENT."""
         splitter = SseSplitter()
+        tap = TAPS[writer.shape.name]
         idle = self.idle_timeout_s
         decoder = stream_decoder(resp.header(b"content-encoding"))
         # Bytes of an event not yet complete: only whole events are relayed, so a stream

@@ -4,6 +4,8 @@ without it (`without_usage`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 
 from edgegw._core import SseEvent
@@ -77,3 +79,67 @@ def _collect_tool_calls(message: object, outcome: Outcome) -> None:
         name = function.get("name") if isinstance(function, dict) else None
         if isinstance(name, str) and name:  # streamed calls name the function once
             outcome.tool_calls.append(name)
+
+
+def tap_anthropic(data: bytes, outcome: Outcome, part: str) -> None:
+    """The same from a Messages answer or stream event: the model and input usage of
+    `message_start` (or a whole message), the output usage and stop reason of
+    `message_delta`, the names of `tool_use` blocks."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    message = doc.get("message") if doc.get("type") == "message_start" else doc
+    if not isinstance(message, dict):
+        return
+    usage = message.get("usage")
+    if isinstance(usage, dict):
+        # message_delta's usage is cumulative output; the input came with message_start.
+        outcome.usage = {**(outcome.usage or {}), **usage}
+    model = message.get("model")
+    if isinstance(model, str):
+        outcome.response_model = model
+    delta = doc.get("delta")
+    reason = (delta if isinstance(delta, dict) else message).get("stop_reason")
+    if isinstance(reason, str) and len(outcome.finish_reasons) < MAX_FINISH_REASONS:
+        outcome.finish_reasons.append(reason)
+    blocks = message.get("content")
+    block = doc.get("content_block")
+    for b in [block] if isinstance(block, dict) else blocks if isinstance(blocks, list) else ():
+        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("name"), str):
+            outcome.tool_calls.append(b["name"])
+
+
+def tap_responses(data: bytes, outcome: Outcome, part: str) -> None:
+    """The same from a Responses answer, or its stream's `response.completed` (or
+    `response.incomplete`/`response.failed`) event, which carries the whole response."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(doc, dict):
+        return
+    response = doc.get("response")
+    if not isinstance(response, dict):
+        response = doc
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        outcome.usage = usage
+    model = response.get("model")
+    if isinstance(model, str):
+        outcome.response_model = model
+    status = response.get("status")
+    if isinstance(status, str) and status != "in_progress" and usage is not None:
+        outcome.finish_reasons.append(status)
+    for item in response.get("output") or ():
+        if isinstance(item, dict) and item.get("type") == "function_call":
+            name = item.get("name")
+            if isinstance(name, str):
+                outcome.tool_calls.append(name)
+
+
+Tap = Callable[[bytes, Outcome, str], None]
+# The tap of each API's answers, by its ErrorShape's name (the route's API).
+TAPS: dict[str, Tap] = {"openai": tap, "anthropic": tap_anthropic, "responses": tap_responses}

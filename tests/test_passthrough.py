@@ -162,7 +162,11 @@ async def test_messages_refused_for_other_providers(gw: Gateway, echo: EchoUpstr
         gw.port, "POST", "/v1/messages", b'{"model":"openai/gpt-4o","max_tokens":5,"messages":[]}'
     )
     assert resp.status == 400
-    assert orjson.loads(resp.body)["error"]["code"] == "unsupported_provider"
+    # Anthropic's envelope on its route, with edgegw's code beside its members.
+    doc = orjson.loads(resp.body)
+    assert doc["type"] == "error"
+    assert doc["error"]["type"] == "invalid_request_error"
+    assert doc["error"]["code"] == "unsupported_provider"
     assert echo.seen == []
 
 

@@ -29,9 +29,7 @@ import logging
 import time
 from collections.abc import Callable
 
-import trio
-
-from edgegw._core import ParsedRequest, RequestError, parse_chat_request, parse_completions_request
+from edgegw._core import ParsedRequest, parse_chat_request, parse_completions_request
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
@@ -54,14 +52,11 @@ from edgegw.mcp.tools import Offered
 from edgegw.providers import provider_body
 from edgegw.relay import Inspect, UpstreamRequest
 from edgegw.resolve import Local, Remote
+from edgegw.routes.record import Recording
 from edgegw.routing.config import LOCAL, Deployment
 from edgegw.routing.router import Failover, Pool, Screen, selected_headers
 
 log = logging.getLogger("edgegw.app")
-
-# Telemetry's status for a request that ended without an answer of its own: the client
-# went away (nginx's 499), or an unexpected error (answered 500 by the boundary).
-CLIENT_CLOSED = 499
 
 
 async def chat_completions(gw: Gateway, call: Call) -> None:
@@ -78,11 +73,8 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     # With tracing on, one call for the `parse` span and the prompt event.
     req = parse(body) if trace is None else trace.parse(parse, body)
     call.note.model = req.model
-    started = trio.current_time()
-    provider = "unknown"
-    outcome: Outcome | None = None
-    status = 500
-    try:
+    operation = "chat" if req.endpoint == "chat" else "text_completion"
+    with Recording(gw, call, req.model, operation, req.stream) as rec:
         guard_headers: Headers = ()
         if gw.guardrails is not None:
             # pre_call, for every target: a block is raised (403); redacted, the body is
@@ -120,13 +112,13 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             assert gw.router is not None
             trip = gw.router.trip(pool)
             try:
-                outcome = await trip.run(
+                rec.outcome = await trip.run(
                     lambda d, screen: _deployment(gw, call, req, forbid, d, screen, guard_headers)
                 )
             finally:
-                provider = "unknown" if trip.selected is None else trip.selected.provider
+                rec.provider = "unknown" if trip.selected is None else trip.selected.provider
         elif isinstance(target, Local):
-            provider = "local"
+            rec.provider = "local"
             rt = target.runtime
             lreq = _local_check(gw, call, rt, forbid)(req)
             served = await _serve_local(gw, call, req, rt, lreq, forbid, guard_headers)
@@ -150,70 +142,24 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                     # A fallback names its provider in the profile; ?provider= only routes
                     # client models.
                     target = gw.resolver.remote(fallback, None)
-                    provider = target.target.provider.id
-                    headers = local_fallback.served_remotely(provider, reason, plan.dropped)
-                    outcome = await _remote(
+                    rec.provider = target.target.provider.id
+                    headers = local_fallback.served_remotely(rec.provider, reason, plan.dropped)
+                    rec.outcome = await _remote(
                         gw, call, req, target, (*headers, *guard_headers), drop=plan.dropped
                     )
                 except GatewayError as e:
                     # Nothing reached the client: the local refusal answers, saying why.
                     raise local_fallback.restored(refusal, reason, e) from None
             else:
-                outcome = served
+                rec.outcome = served
         else:
             assert target is not None
-            provider = target.target.provider.id
+            rec.provider = target.target.provider.id
             if forbid:
                 raise remote_target_forbidden()
             # A local model's remote profile, named: served remotely, no fallback reason.
-            headers = local_fallback.served_remotely(provider, None) if named else ()
-            outcome = await _remote(gw, call, req, target, (*headers, *guard_headers))
-        status = CLIENT_CLOSED if outcome.client_gone else outcome.status
-        if outcome.client_gone:
-            log.debug("client went away; upstream request to %s cancelled", provider)
-        elif outcome.error is not None:
-            log.warning("%s %.200r: stream ended with %.64r", provider, req.model, outcome.error)
-    except (GatewayError, RequestError) as e:  # what the boundary answers with
-        status = e.status
-        if status >= 500:
-            log.warning("%s %.200r: %d %.64r", provider, req.model, status, e.code)
-        raise
-    except trio.Cancelled:
-        status = CLIENT_CLOSED
-        raise
-    finally:
-        ttft_s = (
-            None
-            if outcome is None or outcome.first_chunk_at is None
-            else outcome.first_chunk_at - started
-        )
-        note = call.note
-        note.provider, note.status = provider, status
-        if req.stream:
-            note.ttft_s = ttft_s
-        operation = "chat" if req.endpoint == "chat" else "text_completion"
-        if trace is not None:
-            trace.generation(
-                operation=operation,
-                provider=provider,
-                model=req.model,
-                response_model=None if outcome is None else outcome.response_model,
-                usage=None if outcome is None else outcome.usage,
-                finish_reasons=() if outcome is None else outcome.finish_reasons,
-                ttft_s=ttft_s,
-            )
-        gw.telemetry.record_generation(
-            provider=provider,
-            model=req.model,
-            status=status,
-            duration_s=trio.current_time() - started,
-            ttft_s=ttft_s,
-            usage=None if outcome is None else outcome.usage,
-            tool_calls=[] if outcome is None else outcome.tool_calls,
-            operation=operation,
-            gaps=None if outcome is None else outcome.gaps,
-            trace_id=None if trace is None else trace.trace_id,
-        )
+            headers = local_fallback.served_remotely(rec.provider, None) if named else ()
+            rec.outcome = await _remote(gw, call, req, target, (*headers, *guard_headers))
 
 
 def _alias(gw: Gateway, call: Call, model: str) -> Pool | None:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from edgegw._core import parse_passthrough
+from edgegw._core import PassthroughRequest, parse_passthrough
 from edgegw.asgi import Call
 from edgegw.errors import fail
+from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 from edgegw.providers import Target
 from edgegw.relay import UpstreamRequest
@@ -27,7 +28,9 @@ from edgegw.resolve import (
     MESSAGES,
     RESPONSES,
     NativeApi,
+    Remote,
 )
+from edgegw.routes.record import Recording
 
 IMAGES_DISABLED = "The Images API is not enabled. Set ENABLE_IMAGES=true to enable it."
 
@@ -63,12 +66,19 @@ def _native_headers(target: Target, call: Call, *, stream: bool) -> list[tuple[b
     ]
 
 
-async def _native_json(gw: Gateway, call: Call, api: NativeApi, *, model_required: bool) -> None:
+async def _read_json(
+    gw: Gateway, call: Call, *, model_required: bool
+) -> tuple[PassthroughRequest, bytes]:
     body = await call.read_body(gw.settings.max_body_bytes)
     req = parse_passthrough(body)
     if model_required and req.model is None:
         raise fail("invalid_request", "field 'model' is required", param="model")
-    remote = gw.resolver.native(req.model, call.provider_param(), api)
+    return req, body
+
+
+async def _native_json(
+    gw: Gateway, call: Call, api: NativeApi, remote: Remote, req: PassthroughRequest, body: bytes
+) -> Outcome:
     target = remote.target
     up = UpstreamRequest(
         origin=target.origin,
@@ -78,23 +88,36 @@ async def _native_json(gw: Gateway, call: Call, api: NativeApi, *, model_require
         secret=target.secret,
     )
     if req.stream:
-        await gw.exchanges.relay_sse(call, up, raw_errors=True)
-    else:
-        await gw.exchanges.forward(call, up, raw_errors=True)
+        return await gw.exchanges.relay_sse(call, up, raw_errors=True)
+    return await gw.exchanges.forward(call, up, raw_errors=True)
+
+
+async def _observed(gw: Gateway, call: Call, api: NativeApi) -> None:
+    """A generation API's request, recorded as chat's are (edgegw.routes.record): provider,
+    model, status, the usage and finish tapped from the API's own answer, TTFT, spans."""
+    req, body = await _read_json(gw, call, model_required=True)
+    assert req.model is not None
+    call.note.model = req.model
+    with Recording(gw, call, req.model, "chat", req.stream) as rec:
+        remote = gw.resolver.native(req.model, call.provider_param(), api)
+        rec.provider = remote.target.provider.id
+        rec.outcome = await _native_json(gw, call, api, remote, req, body)
 
 
 async def responses(gw: Gateway, call: Call) -> None:
-    await _native_json(gw, call, RESPONSES, model_required=True)
+    await _observed(gw, call, RESPONSES)
 
 
 async def messages(gw: Gateway, call: Call) -> None:
-    await _native_json(gw, call, MESSAGES, model_required=True)
+    await _observed(gw, call, MESSAGES)
 
 
 async def images_generations(gw: Gateway, call: Call) -> None:
     if not gw.settings.enable_images:
         raise fail("images_disabled", IMAGES_DISABLED)
-    await _native_json(gw, call, IMAGES_GENERATIONS, model_required=False)
+    req, body = await _read_json(gw, call, model_required=False)
+    remote = gw.resolver.native(req.model, call.provider_param(), IMAGES_GENERATIONS)
+    await _native_json(gw, call, IMAGES_GENERATIONS, remote, req, body)
 
 
 async def images_edits(gw: Gateway, call: Call) -> None:

@@ -1,0 +1,121 @@
+"""What a generation route records once its request has ended, whatever its API: the
+access log's provider and status, the WARNING of a failed stream, the GenAI span
+attributes and the metrics. Chat, completions, Messages and Responses all end here."""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+
+import trio
+
+from edgegw._core import RequestError
+from edgegw.asgi import Call
+from edgegw.errors import GatewayError
+from edgegw.exchange import Outcome
+from edgegw.gateway import Gateway
+
+log = logging.getLogger("edgegw.app")
+
+# Telemetry's status for a request that ended without an answer of its own: the client
+# went away (nginx's 499), or an unexpected error (answered 500 by the boundary).
+CLIENT_CLOSED = 499
+
+
+class Recording:
+    """`with Recording(...) as rec:` around a generation request's work, which sets
+    `rec.provider` once it knows it and `rec.outcome` once its exchange returns. On the way
+    out, whatever ended it, the request is recorded once with the status the client got:
+    the outcome's (499 when the client went away), an error's own, 500 for anything else."""
+
+    __slots__ = ("gw", "call", "model", "operation", "stream", "started", "provider", "outcome")
+
+    def __init__(self, gw: Gateway, call: Call, model: str, operation: str, stream: bool) -> None:
+        self.gw, self.call, self.model = gw, call, model
+        self.operation, self.stream = operation, stream
+        self.started = trio.current_time()
+        self.provider = "unknown"
+        self.outcome: Outcome | None = None
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        provider, model, outcome = self.provider, self.model, self.outcome
+        if exc is None and outcome is not None:
+            status = CLIENT_CLOSED if outcome.client_gone else outcome.status
+            if outcome.client_gone:
+                log.debug("client went away; upstream request to %s cancelled", provider)
+            elif outcome.error is not None:
+                log.warning("%s %.200r: stream ended with %.64r", provider, model, outcome.error)
+        elif isinstance(exc, (GatewayError, RequestError)):  # what the boundary answers with
+            status = exc.status
+            if status >= 500:
+                log.warning("%s %.200r: %d %.64r", provider, model, status, exc.code)
+        elif isinstance(exc, trio.Cancelled):
+            status = CLIENT_CLOSED
+        else:
+            status = 500
+        record(
+            self.gw,
+            self.call,
+            provider=provider,
+            model=model,
+            status=status,
+            started=self.started,
+            outcome=outcome,
+            operation=self.operation,
+            stream=self.stream,
+        )
+
+
+def record(
+    gw: Gateway,
+    call: Call,
+    *,
+    provider: str,
+    model: str,
+    status: int,
+    started: float,
+    outcome: Outcome | None,
+    operation: str,
+    stream: bool,
+) -> None:
+    """One ended generation request into the access log's note, its span and the metrics."""
+    ttft_s = (
+        None
+        if outcome is None or outcome.first_chunk_at is None
+        else outcome.first_chunk_at - started
+    )
+    note = call.note
+    note.provider, note.status = provider, status
+    if stream:
+        note.ttft_s = ttft_s
+    trace = call.trace
+    if trace is not None:
+        trace.generation(
+            operation=operation,
+            provider=provider,
+            model=model,
+            response_model=None if outcome is None else outcome.response_model,
+            usage=None if outcome is None else outcome.usage,
+            finish_reasons=() if outcome is None else outcome.finish_reasons,
+            ttft_s=ttft_s,
+        )
+    gw.telemetry.record_generation(
+        provider=provider,
+        model=model,
+        status=status,
+        duration_s=trio.current_time() - started,
+        ttft_s=ttft_s,
+        usage=None if outcome is None else outcome.usage,
+        tool_calls=[] if outcome is None else outcome.tool_calls,
+        operation=operation,
+        gaps=None if outcome is None else outcome.gaps,
+        trace_id=None if trace is None else trace.trace_id,
+    )
