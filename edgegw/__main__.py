@@ -1,4 +1,5 @@
-"""`edgegw serve`, `edgegw demo` and `edgegw models sync` (also `python -m edgegw`)."""
+"""`edgegw serve`, `edgegw demo`, `edgegw bench`, `edgegw models sync` and `edgegw version`
+(also `edgegw --version` and `python -m edgegw`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,26 @@ from edgegw.providers import ProviderConfig
 from edgegw.settings import EXIT_CONFIG, Settings, SettingsError
 
 DEMO_KEY = "demo-upstream-key"
+# The status when stdout's reader leaves first (`edgegw version | head -1`): 128 + SIGPIPE, what
+# a tool the signal ended reports, so a pipeline under `set -o pipefail` treats edgegw like `cat`.
+EXIT_BROKEN_PIPE = 141
+
+
+class _PrintVersions(argparse.Action):
+    """`--version`: what `edgegw version` prints, worked out only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[object] | None,
+        option_string: str | None = None,
+    ) -> None:
+        print(versions())
+        parser.exit()
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -25,6 +46,7 @@ def _parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="edgegw", description="Edge inference gateway (OpenAI API)."
     )
+    parser.add_argument("--version", action=_PrintVersions, help="the same as `edgegw version`")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--host", help="address to listen on (SERVER_HOST, default 127.0.0.1)")
@@ -99,6 +121,21 @@ def _models_sync(source: str | None, out: str | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; a reader that closes stdout early ends it quietly, with EXIT_BROKEN_PIPE."""
+    try:
+        try:
+            status = _command(argv)
+        finally:  # also after argparse's exit: a closed pipe shows at this flush
+            sys.stdout.flush()
+    except* BrokenPipeError:  # in a group when a Trio task wrote (the demo's banner, a report)
+        # Python ignores SIGPIPE, so the write raised; stdout now goes nowhere, so that the
+        # interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = EXIT_BROKEN_PIPE
+    return status
+
+
+def _command(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser(argv[0] if argv else None).parse_args(argv)
     if args.command == "models":
