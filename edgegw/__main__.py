@@ -18,6 +18,8 @@ from edgegw.providers import ProviderConfig
 from edgegw.settings import EXIT_CONFIG, Settings, SettingsError
 
 DEMO_KEY = "demo-upstream-key"
+# What the demo's mock lists: the model its examples use, and the mock's own names.
+DEMO_MODELS = ("gpt-4o-mini", "mock-small", "mock-large")
 # The status when stdout's reader leaves first (`edgegw version | head -1`): 128 + SIGPIPE, what
 # a tool the signal ended reports, so a pipeline under `set -o pipefail` treats edgegw like `cat`.
 EXIT_BROKEN_PIPE = 141
@@ -236,7 +238,8 @@ async def _demo(settings: Settings, token_rate: float) -> None:
     from edgegw.providers import PROVIDERS
     from edgegw.server import serve
 
-    mock = MockUpstream(MockConfig(token_rate=token_rate, tokens=24, api_key=DEMO_KEY))
+    config = MockConfig(token_rate=token_rate, tokens=24, api_key=DEMO_KEY, models=DEMO_MODELS)
+    mock = MockUpstream(config)
     async with trio.open_nursery() as nursery:
         mock_port = await nursery.start(mock.serve, "127.0.0.1", 0)
         providers = {
@@ -269,7 +272,10 @@ def _print_examples(base: str, mock_port: int) -> None:
     print(
         f"""
 edgegw demo: gateway on {base}, built-in mock provider on http://127.0.0.1:{mock_port}
-(the mock stands in for the 'openai' provider; no network and no keys needed)
+(the mock stands in for the 'openai' provider; no network and no keys needed; it answers
+`tools` with a call to one and `response_format` json_schema with JSON the schema accepts)
+
+  curl -s {base}/v1/models
 
   curl -s {base}/v1/chat/completions -H 'content-type: application/json' \\
     -d '{{"model": "openai/gpt-4o-mini", "messages": [{{"role": "user", "content": "Hello"}}]}}'

@@ -9,7 +9,7 @@ Endpoints:
 
     POST /v1/chat/completions   chat.completion / chat.completion.chunk
     POST /v1/completions        text_completion
-    GET  /v1/models             mock-small, mock-large
+    GET  /v1/models             ``MockConfig.models`` (mock-small, mock-large by default)
     GET  /health                {"status": "ok"}
 
 Anything else is a 404 (405 for a known path with another method), a body that is not a JSON
@@ -26,6 +26,13 @@ one set per prompt). Streams send, per choice, a role chunk (chat only), content
 ``chunk_tokens`` tokens interleaved across choices, a finish chunk; then a usage chunk with
 ``choices: []`` if asked for (and ``"usage": null`` on every other chunk, as OpenAI does), then
 ``data: [DONE]``. With ``token_rate`` > 0 each content step first sleeps ``tokens / token_rate``.
+
+A chat request may ask for more than words (edgegw/bench/structured.py says which answer when):
+a call to one of its ``tools`` (``finish_reason`` "tool_calls"), or content that its
+``response_format`` accepts. Such an answer is one token per ``TOKEN_CHARS`` characters
+(``tokens`` does not apply; ``max_tokens`` still cuts it, "length"). Streamed, the role chunk
+of a call carries its index, id, type, function name and empty arguments, and the content
+chunks the arguments, as OpenAI streams them.
 
 Shaped like a model (the LLM scenario of `edgegw bench`): ``first_token_s`` waits after the head
 and role chunks before the first content chunk (time to first token); ``jitter`` J spreads every
@@ -72,7 +79,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -80,6 +87,7 @@ import orjson
 import trio
 
 from edgegw import plainhttp
+from edgegw.bench.structured import BadField, Structured, requested
 
 # OpenAI rejects bodies well below this; anything larger is a client bug, and the cap bounds what
 # one connection can make the mock hold in memory.
@@ -113,15 +121,6 @@ _ERROR_KINDS = {
 _JSON = (b"content-type", b"application/json")
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _DONE = b"data: [DONE]\n\n"
-_MODELS_BODY = orjson.dumps(
-    {
-        "object": "list",
-        "data": [
-            {"id": m, "object": "model", "created": MODEL_CREATED, "owned_by": "edgegw-mock"}
-            for m in MODELS
-        ],
-    }
-)
 _HEALTH_BODY = orjson.dumps({"status": "ok"})
 
 
@@ -137,6 +136,7 @@ class MockConfig:
     first_token_s: float = 0.0  # streams: after the head, before the first content chunk
     jitter: float = 0.0  # streams: each later content sleep times uniform [1 - J, 1 + J]
     stamp: bool = False  # streams: "x_sent_ns" (perf_counter_ns at the write) in every event
+    models: tuple[str, ...] = MODELS  # what GET /v1/models lists
 
     def __post_init__(self) -> None:
         if not self.latency_s >= 0:
@@ -194,6 +194,7 @@ class _Sse:
     jitter: float = 0.0
     seed: int = 0
     stamp: bool = False
+    structured: Structured | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +227,7 @@ class MockUpstream:
         self._routes: dict[tuple[str, str], Callable[[dict[str, str], bytes], _Reply]] = {
             ("POST", "/v1/chat/completions"): partial(self._answer_completion, True),
             ("POST", "/v1/completions"): partial(self._answer_completion, False),
-            ("GET", "/v1/models"): lambda _h, _b: _Reply(200, _MODELS_BODY),
+            ("GET", "/v1/models"): lambda _h, _b: _Reply(200, _models_body(self.config.models)),
             ("GET", "/health"): lambda _h, _b: _Reply(200, _HEALTH_BODY),
         }
         self._paths = {path for _, path in self._routes}
@@ -308,6 +309,11 @@ class MockUpstream:
         if cap is not None and (not _is_int(cap) or cap < 0):
             return _error(400, f"{cap_name} must be a non-negative integer", param=cap_name)
         stream = payload.get("stream") is True
+        words = partial(_text, 0, config.tokens, 0)  # the json_object answer's, if asked
+        try:
+            structured = requested(payload, words) if chat else None
+        except BadField as e:
+            return _error(400, str(e), param=e.param)
 
         delay_s, hang, break_after = config.latency_s, False, None
         script = _parse_script(model)
@@ -331,8 +337,11 @@ class MockUpstream:
                 failed = _error(config.error_status, "injected failure (error_rate)")
                 return _Reply(failed.status, failed.body, failed.headers, delay_s=delay_s)
 
-        tokens = config.tokens if cap is None else min(config.tokens, cap)
-        finish_reason = "length" if tokens < config.tokens else "stop"
+        whole = config.tokens if structured is None else structured.tokens
+        tokens = whole if cap is None else min(whole, cap)
+        finish_reason = "length" if tokens < whole else "stop"
+        if structured is not None and structured.tool is not None and tokens == whole:
+            finish_reason = "tool_calls"
         prompt_tokens = _count_prompt_words(payload, chat)
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -348,6 +357,8 @@ class MockUpstream:
             "created": int(time.time()),
             "model": model,
         }
+        if structured is not None and structured.tool is not None:
+            structured = replace(structured, call_id=f"call_mock{self._served}")
         if stream:
             options = payload.get("stream_options")
             include_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -365,12 +376,15 @@ class MockUpstream:
                 config.jitter,
                 self._served,
                 config.stamp,
+                structured,
             )
             return _Reply(200, delay_s=delay_s, hang=hang, sse=sse)
         choices = [
             {
                 "index": j,
-                "message": {"role": "assistant", "content": _text(0, tokens, j), "refusal": None},
+                "message": {"role": "assistant", "content": _text(0, tokens, j), "refusal": None}
+                if structured is None
+                else structured.message(tokens, j),
                 "logprobs": None,
                 "finish_reason": finish_reason,
             }
@@ -420,9 +434,14 @@ def _sse_events(sse: _Sse) -> Iterator[tuple[float, bytes]]:
     def event(choices: list[dict[str, Any]]) -> bytes:
         return b"data: " + orjson.dumps({**sse.head, "choices": choices, **tail}) + b"\n\n"
 
+    structured = sse.structured
     if sse.chat:
         for j in range(sse.n):
-            delta = {"role": "assistant", "content": ""}
+            delta = (
+                {"role": "assistant", "content": ""}
+                if structured is None
+                else structured.first_delta(j)
+            )
             yield (
                 0.0,
                 event([{"index": j, "delta": delta, "logprobs": None, "finish_reason": None}]),
@@ -438,9 +457,10 @@ def _sse_events(sse: _Sse) -> Iterator[tuple[float, bytes]]:
         elif rng is not None:
             delay_s *= 1 + sse.jitter * rng.uniform(-1.0, 1.0)
         for j in range(sse.n):
-            text = _text(start, stop, j)
-            choice = (
-                {"index": j, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+            text = _text(start, stop, j) if structured is None else structured.piece(start, stop)
+            delta = {"content": text} if structured is None else structured.delta(text)
+            choice: dict[str, Any] = (
+                {"index": j, "delta": delta, "logprobs": None, "finish_reason": None}
                 if sse.chat
                 else {"text": text, "index": j, "logprobs": None, "finish_reason": None}
             )
@@ -460,6 +480,14 @@ def _sse_events(sse: _Sse) -> Iterator[tuple[float, bytes]]:
             b"data: " + orjson.dumps({**sse.head, "choices": [], "usage": sse.usage}) + b"\n\n",
         )
     yield 0.0, _DONE
+
+
+def _models_body(models: tuple[str, ...]) -> bytes:
+    data = [
+        {"id": m, "object": "model", "created": MODEL_CREATED, "owned_by": "edgegw-mock"}
+        for m in models
+    ]
+    return orjson.dumps({"object": "list", "data": data})
 
 
 async def _send(out: plainhttp.Responder, reply: _Reply) -> None:
