@@ -164,9 +164,10 @@ def _command(argv: Sequence[str] | None) -> int:
 
     configure(settings)
     if args.command == "serve" and args.worker_fd is None:
-        from edgegw.envcheck import exposure, warn_unhonoured
+        from edgegw.envcheck import exposure
 
-        warn_unhonoured(os.environ)  # once per machine, not once per worker
+        for message in settings.start_warnings:  # once per machine, not once per worker
+            logging.getLogger("edgegw.settings").warning("%s", message)
         if warning := exposure(settings.host, bool(settings.api_keys or settings.auth_enabled)):
             logging.getLogger("edgegw.settings").warning("%s", warning)
     try:

@@ -4,7 +4,8 @@ Sources, later ones winning: the config file (`--config`, YAML or JSON, keys nam
 the environment variables), the environment, the command line. Variable names follow
 inference-gateway (`SERVER_HOST`, `<ID>_API_URL`, `<ID>_API_KEY`, ...) so that its
 deployments switch without edits. A bad value stops the start with a message naming
-the variable; no secret value is ever printed.
+the variable; no secret value is ever printed. What is set and not acted on (edgegw.envcheck,
+both sources alike) is kept in `start_warnings`, which `edgegw serve` logs once.
 
 Longer than the guide because it is the one place where every variable is read and checked,
 in effect one table; the features with settings of their own (MCP, routing, guardrails)
@@ -18,13 +19,13 @@ import logging
 import os
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
-from edgegw.envcheck import refusals
+from edgegw import envcheck
 from edgegw.guardrails.settings import GuardrailsSettings, GuardrailsSettingsError
 from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models, parse_gpu_aliases
@@ -145,6 +146,9 @@ class Settings:
     guardrails: GuardrailsSettings = field(default_factory=GuardrailsSettings)
     # Model routing (ROUTING_ENABLED, ROUTING_CONFIG_PATH; edgegw.routing); None when off.
     routing: RoutingConfig | None = None
+    # What the operator set that edgegw does not act on, or reads under a newer name, each
+    # naming its variable and source (edgegw.envcheck); logged at start.
+    start_warnings: tuple[str, ...] = field(default=(), compare=False)
 
     @classmethod
     def load(
@@ -154,12 +158,11 @@ class Settings:
         overrides: Mapping[str, object] | None = None,
     ) -> Settings:
         """Build from the config file, then the environment, then `overrides` (CLI)."""
-        merged: dict[str, str] = {}
+        flat: dict[str, str] = {}
         local_models: tuple[LocalModel, ...] = ()
         if config_file is not None:
             path = Path(config_file)
             flat, structured = _read_config_file(path)
-            merged.update(flat)
             if "local_models" in structured:
                 try:
                     local_models = load_local_models(
@@ -167,13 +170,52 @@ class Settings:
                     )
                 except ProfileError as e:
                     raise SettingsError(str(e)) from None
-        merged.update(environ if environ is not None else os.environ)
-        settings = _build(merged, overrides or {})
-        try:  # after the providers and the local models: the deployments must name them
+        reading = envcheck.read(
+            environ if environ is not None else os.environ,
+            flat,
+            None if config_file is None else str(config_file),
+        )
+        merged = _Lookups(reading.values)
+        try:
+            settings = _build(merged, overrides or {})
+            # After the providers and the local models: the deployments must name them.
             routing = routing_from_env(merged, settings.providers, {m.name for m in local_models})
-        except RoutingConfigError as e:
-            raise SettingsError(str(e)) from None
-        return replace(settings, local_models=local_models, routing=routing)
+        except (SettingsError, RoutingConfigError) as e:
+            if not reading.renamed:
+                raise SettingsError(str(e)) from None
+            # A value given under a renamed variable's old name is checked under the new one.
+            read_as = "; ".join(
+                f"{old} is read as {envcheck.RENAMED[old]}" for old in reading.renamed
+            )
+            raise SettingsError(f"{e} ({read_as})") from None
+        warnings, refusals = reading.findings(merged.asked)
+        if refusals:
+            raise SettingsError("; ".join(refusals))
+        return replace(
+            settings,
+            local_models=local_models,
+            routing=routing,
+            start_warnings=tuple(warnings),
+        )
+
+
+class _Lookups(Mapping[str, str]):
+    """The merged variables, remembering each name looked up: whatever envcheck's table
+    says, a variable the settings ask for is never called unknown."""
+
+    def __init__(self, values: Mapping[str, str]) -> None:
+        self._values = values
+        self.asked: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        self.asked.add(name)
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -473,8 +515,6 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             kw["host"] = str(value)
         else:
             raise SettingsError(f"unknown override {name}")
-    if refused := refusals(env):
-        raise SettingsError("; ".join(refused))
     return Settings(**kw)  # type: ignore[arg-type]
 
 

@@ -485,7 +485,8 @@ def test_settings_are_read_and_checked() -> None:
 def test_guardrails_variables_without_guardrails_are_named() -> None:
     warnings = unhonoured({"GUARDRAILS_POLICY_DIR": "/etc/p", "GUARDRAILS_FAIL_MOD": "open"})
     assert warnings == [
-        "GUARDRAILS_FAIL_MOD is set but edgegw has no such setting (a typo?)",
+        "GUARDRAILS_FAIL_MOD is set but edgegw has no such setting "
+        "(did you mean GUARDRAILS_FAIL_MODE?)",
         "GUARDRAILS_POLICY_DIR is set but not honoured: GUARDRAILS_ENABLED is not true",
     ]
     assert unhonoured({"GUARDRAILS_ENABLED": "true", "GUARDRAILS_POLICY_DIR": "/etc/p"}) == []

@@ -130,7 +130,9 @@ def test_unhonoured_variables_are_named_at_start() -> None:
             proc.terminate()
             proc.wait(timeout=30)
     assert "ENVIRONMENT is set but not honoured" in stderr
-    assert "EDGEGW_WORKERS" not in stderr.replace("EDGEGW_WORKRES", "")
+    typo = "EDGEGW_WORKRES is set but edgegw has no such setting (did you mean EDGEGW_WORKERS?)"
+    assert typo in stderr
+    assert "EDGEGW_WORKERS is set" not in stderr
 
 
 def test_a_network_facing_gateway_without_client_auth_is_warned_about() -> None:
