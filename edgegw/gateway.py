@@ -15,6 +15,7 @@ from edgegw.models.catalog import ModelCatalog
 from edgegw.providers import Target
 from edgegw.relay import Exchanges
 from edgegw.resolve import Resolver
+from edgegw.retry import RetryPolicy
 from edgegw.routing.router import Router
 from edgegw.settings import Settings, SettingsError
 from edgegw.telemetry.recording import Telemetry
@@ -73,6 +74,13 @@ def build_gateway(
 ) -> Gateway:
     targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
     fleet = Fleet(settings.local_models, pool)
+    retry = RetryPolicy(
+        attempts=settings.retry_attempts,
+        backoff_s=settings.retry_backoff_s,
+        max_backoff_s=settings.retry_max_backoff_s,
+        max_retry_after_s=settings.retry_max_retry_after_s,
+        deadline_s=settings.retry_deadline_s,
+    )
     return Gateway(
         settings=settings,
         exchanges=Exchanges(
@@ -82,6 +90,7 @@ def build_gateway(
             idle_timeout_s=settings.idle_timeout_s,
             max_response_bytes=settings.max_response_bytes,
             budget=BufferBudget(settings.response_buffer_budget_bytes),
+            retry=retry,
         ),
         resolver=Resolver(settings, targets, fleet.models),
         fleet=fleet,
@@ -92,7 +101,7 @@ def build_gateway(
         client_keys=ClientKeys(settings),
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
-        router=None if settings.routing is None else Router(settings.routing, telemetry),
+        router=None if settings.routing is None else Router(settings.routing, telemetry, retry),
         guardrails=_guardrails(settings, pool, telemetry),
     )
 

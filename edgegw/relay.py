@@ -18,7 +18,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
@@ -27,6 +27,7 @@ from edgegw.asgi import Call
 from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
+from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
 from edgegw.tap import TAPS, has_usage, without_usage
 from edgegw.upstream import Origin, Response, UpstreamPool
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgegw.streaming")
 
+RetryScope = Literal["all", "refused", "none"]
 # Largest upstream error body read before answering (the rest is not needed).
 MAX_ERROR_BODY = 1 << 20
 # A look at a whole 2xx answer before the client gets it: (the body to send, headers to
@@ -58,6 +60,9 @@ class UpstreamRequest:
     screen: Callable[[Response], None] | None = None
     # The gateway asked for stream usage the client did not ask for: tapped, not relayed.
     hidden_usage: bool = False
+    # What may be sent again before the first byte reaches the client (edgegw.retry):
+    # "all" (a generation), "refused" (a connection refused only), "none".
+    retry: RetryScope = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +76,29 @@ class Exchanges:
     max_response_bytes: int
     # Whole answers held by the process at once (bodies.BufferBudget).
     budget: BufferBudget
+    # UPSTREAM_RETRY_*: how a request whose `retry` allows it is sent again.
+    retry: RetryPolicy = NO_RETRY
 
     async def send(self, call: Call, up: UpstreamRequest) -> Response:
-        return await send_traced(
-            self.pool, call, up.origin, up.method, up.target, up.headers, up.body
+        """The request sent, and sent again as `up.retry` and the policy allow; each attempt
+        is its own span with its own connection."""
+
+        def attempt() -> Awaitable[Response]:
+            return send_traced(
+                self.pool, call, up.origin, up.method, up.target, up.headers, up.body
+            )
+
+        if up.retry == "none" or self.retry.attempts <= 1:
+            return await attempt()
+
+        def retrying(reason: str) -> None:
+            log.info(
+                "retrying %s %s after %s", up.origin.host, up.target[:64].decode("latin-1"), reason
+            )
+
+        refused_only = up.retry == "refused"
+        return await send_retrying(
+            attempt, self.retry, refused_only=refused_only, on_retry=retrying
         )
 
     @contextmanager

@@ -89,6 +89,14 @@ class Settings:
     # Whole upstream answers held by one process at once, each charged twice its size
     # (EDGEGW_RESPONSE_BUFFER_BUDGET); past it 503 `overloaded`.
     response_buffer_budget_bytes: int = 256 * 1024 * 1024
+    # UPSTREAM_RETRY_*: a failure that reached no client byte is tried again on the same
+    # target (edgegw.retry): attempts in all, the first backoff and its cap, the longest
+    # Retry-After waited for, and the deadline of all attempts together.
+    retry_attempts: int = 3
+    retry_backoff_s: float = 0.25
+    retry_max_backoff_s: float = 2.0
+    retry_max_retry_after_s: float = 5.0
+    retry_deadline_s: float = 15.0
     # Idle keep-alive connections kept per upstream host.
     pool_idle_per_host: int = 64
     # Open connections per upstream host, idle or in use (upstream.MAX_PER_HOST); past it, queue.
@@ -222,13 +230,13 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-def parse_duration(name: str, text: str) -> float:
-    """`30s`, `500ms`, `2m`, or plain seconds (`1.5`)."""
+def parse_duration(name: str, text: str, *, zero: bool = False) -> float:
+    """`30s`, `500ms`, `2m`, or plain seconds (`1.5`); 0 only where `zero` allows it."""
     m = _DURATION.match(text)
     if not m:
         raise SettingsError(f"{name}: expected a duration such as 30s, 500ms or 2m")
     value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value <= 0:
+    if value < 0 or (value == 0 and not zero):
         raise SettingsError(f"{name}: must be greater than zero")
     return value
 
@@ -361,11 +369,20 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         ("UPSTREAM_CONNECT_TIMEOUT", "connect_timeout_s"),
         ("UPSTREAM_FIRST_BYTE_TIMEOUT", "first_byte_timeout_s"),
         ("UPSTREAM_IDLE_TIMEOUT", "idle_timeout_s"),
+        ("UPSTREAM_RETRY_DEADLINE", "retry_deadline_s"),
         ("MODELS_TIMEOUT", "models_timeout_s"),
         ("SERVER_GRACEFUL_TIMEOUT", "graceful_timeout_s"),
     ):
         if v := env.get(var):
             kw[attr] = parse_duration(var, v)
+    # Waits may be zero: try again at once (0 Retry-After bound: retry only a 429 saying 0).
+    for var, attr in (
+        ("UPSTREAM_RETRY_BACKOFF", "retry_backoff_s"),
+        ("UPSTREAM_RETRY_MAX_BACKOFF", "retry_max_backoff_s"),
+        ("UPSTREAM_RETRY_MAX_RETRY_AFTER", "retry_max_retry_after_s"),
+    ):
+        if v := env.get(var):
+            kw[attr] = parse_duration(var, v, zero=True)
     for var, attr in (
         ("ALLOWED_MODELS", "allowed_models"),
         ("DISALLOWED_MODELS", "disallowed_models"),
@@ -420,6 +437,8 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["response_buffer_budget_bytes"] = _int(
             "EDGEGW_RESPONSE_BUFFER_BUDGET", v, 1 << 20, 1 << 40
         )
+    if v := env.get("UPSTREAM_RETRY_ATTEMPTS"):
+        kw["retry_attempts"] = _int("UPSTREAM_RETRY_ATTEMPTS", v, 1, 10)
     if v := env.get("UPSTREAM_POOL_IDLE_PER_HOST"):
         kw["pool_idle_per_host"] = _int("UPSTREAM_POOL_IDLE_PER_HOST", v, 0, 10_000)
     if v := env.get("UPSTREAM_POOL_MAX_PER_HOST"):

@@ -78,6 +78,8 @@ async def routed(
             "ROUTING_ENABLED": "true",
             "ROUTING_CONFIG_PATH": str(path),
             "TELEMETRY_ENABLED": "true",
+            # Fail over at once: the tests that jump a MockClock cannot sleep the backoff.
+            "UPSTREAM_RETRY_BACKOFF": "0",
             **env,
         },
     )

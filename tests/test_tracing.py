@@ -525,10 +525,17 @@ async def test_an_https_upstreams_connect_span_covers_its_handshake(
 async def test_a_refused_connect_is_a_failed_connect_span(
     nursery: trio.Nursery, collector: OtlpReceiver
 ) -> None:
-    """Through the generation route and /proxy (each makes its own attempt span)."""
+    """Through the generation route and /proxy (each makes its own attempt span; the
+    generation's three attempts, edgegw.retry's default, one each)."""
     port = await closed_port()
-    gw = await traced_to(
-        nursery, f"http://127.0.0.1:{collector.port}", f"http://127.0.0.1:{port}/v1"
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+            UPSTREAM_RETRY_BACKOFF="10ms",
+        ),
     )
     resp = await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(CHAT))
     assert resp.status == 502
@@ -536,7 +543,7 @@ async def test_a_refused_connect_is_a_failed_connect_span(
     assert resp.status == 502
     await exported(gw, lambda: sum(s.kind == SERVER for s in collector.spans) == 2)
     attempts = sorted((s for s in collector.spans if s.kind == CLIENT), key=lambda s: s.start_ns)
-    assert [a.name for a in attempts] == ["POST /v1/chat/completions", "GET /v1/models"]
+    assert [a.name for a in attempts] == ["POST /v1/chat/completions"] * 3 + ["GET /v1/models"]
     connects = sorted((s for s in collector.spans if s.name == "connect"), key=lambda s: s.start_ns)
     assert [c.parent_id for c in connects] == [a.span_id for a in attempts]
     for attempt, connect in zip(attempts, connects, strict=True):

@@ -50,7 +50,7 @@ from edgegw.mcp.models import LocalModel, RemoteModel
 from edgegw.mcp.state import ToolCheck
 from edgegw.mcp.tools import Offered
 from edgegw.providers import provider_body
-from edgegw.relay import Inspect, UpstreamRequest
+from edgegw.relay import Inspect, RetryScope, UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routes.record import Recording
 from edgegw.routing.config import LOCAL, Deployment
@@ -144,8 +144,16 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                     target = gw.resolver.remote(fallback, None)
                     rec.provider = target.target.provider.id
                     headers = local_fallback.served_remotely(rec.provider, reason, plan.dropped)
+                    # One attempt, as SIE makes it: its failure restores the local refusal,
+                    # which carries its own Retry-After.
                     rec.outcome = await _remote(
-                        gw, call, req, target, (*headers, *guard_headers), drop=plan.dropped
+                        gw,
+                        call,
+                        req,
+                        target,
+                        (*headers, *guard_headers),
+                        drop=plan.dropped,
+                        retry="none",
                     )
                 except GatewayError as e:
                     # Nothing reached the client: the local refusal answers, saying why.
@@ -240,9 +248,11 @@ async def _remote(
     response_headers: Headers,
     drop: tuple[str, ...] = (),
     screen: Screen | None = None,
+    retry: RetryScope = "all",
 ) -> Outcome:
     """`drop`: fields left out of the body (a local model's fallback), not refused;
-    `screen`: model routing's look at the answer head (edgegw.routing.router)."""
+    `screen`: model routing's look at the answer head (edgegw.routing.router), whose
+    router fails over instead of retrying in place; `retry`: edgegw.retry's scope."""
     chat = req.endpoint == "chat"
     target = remote.target
     provider = target.provider
@@ -267,6 +277,7 @@ async def _remote(
         secret=target.secret,
         screen=screen,
         hidden_usage=ask_usage,
+        retry=retry if screen is None else "none",
     )
     inspect, tool_check = _guards(gw, call, req.model)
     if offered is not None:

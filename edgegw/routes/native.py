@@ -86,6 +86,8 @@ async def _native_json(
         headers=_native_headers(target, call, stream=req.stream),
         body=req.with_model(remote.model) if remote.model is not None else body,
         secret=target.secret,
+        # A generation is sent again on any retried failure; an image only when refused.
+        retry="refused" if api.path.startswith("/images") else "all",
     )
     if req.stream:
         return await gw.exchanges.relay_sse(call, up, raw_errors=True)
@@ -162,6 +164,7 @@ async def _images_multipart(gw: Gateway, call: Call, api: NativeApi, *, needs_pr
         ],
         body=body,
         secret=target.secret,
+        retry="refused",
     )
     await gw.exchanges.forward(call, up, raw_errors=True)
 

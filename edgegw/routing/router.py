@@ -28,6 +28,7 @@ import trio
 
 from edgegw.errors import GatewayError, fail
 from edgegw.exchange import Outcome
+from edgegw.retry import NO_RETRY, RetryPolicy
 from edgegw.routing.breaker import Breaker, BreakerState
 from edgegw.routing.config import Alias, Deployment, RoutingConfig
 from edgegw.upstream import Response, retry_after_s
@@ -128,9 +129,13 @@ class Pool:
 
 
 class Router:
-    def __init__(self, config: RoutingConfig, metrics: RoutingMetrics) -> None:
+    def __init__(
+        self, config: RoutingConfig, metrics: RoutingMetrics, retry: RetryPolicy = NO_RETRY
+    ) -> None:
         self.config = config
         self.metrics = metrics
+        # The wait between one deployment's failure and the next attempt (UPSTREAM_RETRY_*).
+        self.retry = retry
         # One state per upstream, shared by the aliases naming it (a broken upstream is broken
         # for each); weights and cursors are each alias's own, in its Pool.
         self.states: dict[str, DeploymentState] = {}
@@ -200,6 +205,9 @@ class Trip:
             now = trio.current_time()
             if tried == alias.max_attempts or not state.available(now):
                 continue
+            if tried:
+                await trio.sleep(self.router.retry.backoff(tried - 1))
+                now = trio.current_time()
             tried += 1
             later = order[i + 1 :]
             last = tried == alias.max_attempts or not any(m.state.available(now) for m in later)
