@@ -158,6 +158,8 @@ class App:
             else:
                 with call.trace.span("authenticate"):
                     await self._authenticate(call)
+        if call.has_body():  # read whole before it may take a slot (edgegw.intake)
+            await gw.intake.read(call, gw.settings.max_body_bytes)
         if load.in_flight >= gw.settings.max_in_flight:
             raise fail(
                 "overloaded",

@@ -72,6 +72,7 @@ class Call:
         "_send",
         "_with_id",
         "_body_done",
+        "_held",
         "request_id",
         "client_request_id",
         "status",
@@ -92,6 +93,8 @@ class Call:
         # (bench/README.md).
         self._with_id = True
         self._body_done = False
+        # The whole body, once edgegw.intake read it, until the route reads it.
+        self._held: bytes | None = None
         self.request_id, self.client_request_id = request_id_of(scope["headers"])
         # The answer's status once its head is sent (None: nothing sent yet).
         self.status: int | None = None
@@ -117,6 +120,7 @@ class Call:
         other._send = send
         other._with_id = False
         other._body_done = self._body_done
+        other._held = self._held
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
         other.trace, other.note, other.identity = self.trace, self.note, self.identity
@@ -194,8 +198,30 @@ class Call:
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
+    def hold_body(self, body: bytes) -> None:
+        """`body` is the whole request body, read: the route's reads return it."""
+        self._held = body
+        self._body_done = True
+
+    def has_body(self) -> bool:
+        """Whether a body may follow the head: a Content-Length other than 0, a
+        Transfer-Encoding, or (HTTP/2 frames bodies itself) a method that carries one."""
+        length = self.header(b"content-length")
+        if length is not None:
+            return length.strip() != b"0"
+        return self.header(b"transfer-encoding") is not None or self.method not in (
+            "GET",
+            "HEAD",
+            "DELETE",
+            "OPTIONS",
+        )
+
     async def next_body_chunk(self) -> bytes:
         """The next non-empty piece of the request body, or b"" at its end."""
+        if self._held is not None:
+            held, self._held = self._held, None
+            if held:
+                return held
         while not self._body_done:
             message = await self.receive()
             if message["type"] == "http.disconnect":

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from edgegw.auth.client_keys import ClientKeys
 from edgegw.bodies import BufferBudget
 from edgegw.exchange import DisconnectWatch
+from edgegw.intake import Intake
 from edgegw.local.contract import SdkVersionLog
 from edgegw.local.fleet import Fleet
 from edgegw.models.catalog import ModelCatalog
@@ -50,6 +51,8 @@ class Gateway:
     telemetry: Telemetry
     sdk_versions: SdkVersionLog
     load: Load
+    # Request bodies being read, before they may take an in-flight slot.
+    intake: Intake
     # Bearer-token verification when AUTH_ENABLED (started by serve()); None otherwise.
     client_keys: ClientKeys
     verifier: OidcVerifier | None = None
@@ -98,6 +101,9 @@ def build_gateway(
         telemetry=telemetry,
         sdk_versions=SdkVersionLog(),
         load=Load(),
+        intake=Intake(
+            settings.max_bodies, settings.max_bodies_per_client, settings.max_body_bytes_in_progress
+        ),
         client_keys=ClientKeys(settings),
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),

@@ -1,12 +1,14 @@
 """Running the gateway: `App` served by edgegw's own HTTP/1.1 connection layer
-(edgegw.http1, the default) or by Hypercorn's Trio worker (EDGEGW_SERVER=hypercorn, for
-comparison and for what edgegw.http1 does not do: TLS, HTTP/2), with the process-lifetime
-resources (the upstream pool) owned here and passed in."""
+(edgegw.http1, the default, plain and over TLS) or by Hypercorn's Trio worker
+(EDGEGW_SERVER=hypercorn, for comparison, and HTTPS with SERVER_HTTP2_ENABLED: HTTP/2,
+which edgegw.http1 does not do), with the process-lifetime resources (the upstream pool)
+owned here and passed in."""
 
 from __future__ import annotations
 
 import gc
 import logging
+import ssl
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -16,6 +18,7 @@ from edgegw.exchange import DisconnectWatch
 from edgegw.gateway import build_gateway
 from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, Limits
 from edgegw.http1.server import open_listener, raise_nofile, serve_http1
+from edgegw.http1.tls import server_context
 from edgegw.settings import TLS_VERSIONS, Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
@@ -112,9 +115,11 @@ async def serve(
                 gw.load.draining = True
                 nursery.start_soon(_end_streams_after, watch, settings.graceful_timeout_s)
 
-            # HTTPS (and HTTP/2 by ALPN) is Hypercorn's; plain HTTP/1.1 is edgegw.http1's
-            # unless EDGEGW_SERVER=hypercorn.
-            if settings.server == "hypercorn" or settings.tls_cert_path:
+            # edgegw.http1 serves HTTP/1.1, plain and over TLS; Hypercorn serves when asked
+            # (EDGEGW_SERVER=hypercorn), and HTTPS with HTTP/2 (SERVER_HTTP2_ENABLED).
+            if settings.server == "hypercorn" or (
+                settings.tls_cert_path and settings.http2_enabled
+            ):
                 # Imported only here: a tenth of a second of every start otherwise.
                 from hypercorn.trio import serve as hypercorn_serve
 
@@ -132,6 +137,7 @@ async def serve(
                     limits_of(settings),
                     shutdown_trigger=drain_trigger,
                     grace_s=settings.graceful_timeout_s + DRAIN_MARGIN_S,
+                    tls=_tls_context(settings),
                     task_status=task_status,
                 )
             nursery.cancel_scope.cancel()
@@ -142,6 +148,12 @@ async def serve(
                 # Export what is queued; a collector that does not answer is given up on.
                 with trio.move_on_after(TRACING_SHUTDOWN_S):
                     await telemetry.tracing.aclose()
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if not (settings.tls_cert_path and settings.tls_key_path):
+        return None
+    return server_context(settings.tls_cert_path, settings.tls_key_path, ["http/1.1"])
 
 
 def _host_port(settings: Settings) -> str:

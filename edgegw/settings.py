@@ -66,9 +66,11 @@ class Settings:
     # a token must name. The client secret is accepted for inference-gateway's
     # deployments and unused: verifying a token needs only the issuer's public keys.
     # HTTPS on the client side (SERVER_TLS_CERT_PATH / SERVER_TLS_KEY_PATH, PEM files):
-    # served by Hypercorn, TLS 1.2 or newer, HTTP/2 offered by ALPN.
+    # served by edgegw.http1 under the plain port's limits, TLS 1.2 or newer, ALPN
+    # http/1.1. SERVER_HTTP2_ENABLED hands it to Hypercorn for HTTP/2, without those limits.
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
+    http2_enabled: bool = False
     # Oldest TLS version edgegw accepts from a provider (CLIENT_TLS_MIN_VERSION).
     client_tls_min_version: str = "TLS12"
     auth_enabled: bool = False
@@ -106,6 +108,11 @@ class Settings:
     graceful_timeout_s: float = 30.0
     # Requests handled at once by one process; past it, 503 with Retry-After at once.
     max_in_flight: int = 1024
+    # Request bodies being read (edgegw.intake): in the process, from one client address,
+    # and their bytes received so far (EDGEGW_MAX_BODIES, _PER_CLIENT, _BYTES).
+    max_bodies: int = 4096
+    max_bodies_per_client: int = 256
+    max_body_bytes_in_progress: int = 256 * 1024 * 1024
     # Processes sharing the port (`edgegw serve`); None means one per core.
     workers: int | None = None
     log_level: str = "INFO"
@@ -199,6 +206,15 @@ class Settings:
         warnings, refusals = reading.findings(merged.asked)
         if refusals:
             raise SettingsError("; ".join(refusals))
+        if settings.http2_enabled:
+            warnings.append(
+                "SERVER_HTTP2_ENABLED=true: HTTPS is served by Hypercorn, which offers HTTP/2 "
+                "but none of edgegw's connection limits (no head, body or write-stall "
+                "deadlines, no head screen, no connection cap; README 'HTTPS and HTTP/2')"
+                if settings.tls_cert_path
+                else "SERVER_HTTP2_ENABLED is ignored without SERVER_TLS_CERT_PATH: HTTP/2 is "
+                "offered over TLS only"
+            )
         return replace(
             settings,
             local_models=local_models,
@@ -392,6 +408,7 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     for var, attr in (
         ("ENABLE_VISION", "enable_vision"),
         ("ENABLE_IMAGES", "enable_images"),
+        ("SERVER_HTTP2_ENABLED", "http2_enabled"),
         ("TELEMETRY_ENABLED", "telemetry_enabled"),
         ("TELEMETRY_METRICS_PUSH_ENABLED", "telemetry_metrics_push_enabled"),
         ("TELEMETRY_TRACING_ENABLED", "tracing_enabled"),
@@ -429,6 +446,12 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["community_models_file"] = v.strip()
     if v := env.get("EDGEGW_MAX_IN_FLIGHT"):
         kw["max_in_flight"] = _int("EDGEGW_MAX_IN_FLIGHT", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_MAX_BODIES"):
+        kw["max_bodies"] = _int("EDGEGW_MAX_BODIES", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_MAX_BODIES_PER_CLIENT"):
+        kw["max_bodies_per_client"] = _int("EDGEGW_MAX_BODIES_PER_CLIENT", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_MAX_BODIES_BYTES"):
+        kw["max_body_bytes_in_progress"] = _int("EDGEGW_MAX_BODIES_BYTES", v, 1 << 20, 1 << 40)
     if v := env.get("EDGEGW_WORKERS"):
         kw["workers"] = _int("EDGEGW_WORKERS", v, 1, 1024)
     if v := env.get("UPSTREAM_MAX_RESPONSE_SIZE"):

@@ -1,31 +1,36 @@
-"""edgegw's HTTP/1.1 connection layer (edgegw.http1) on real loopback sockets: one test per
-finding of the issue against Hypercorn's Trio adapter (stalled bodies, slowloris heads,
-streams that never end for HTTP/1.0 and `Connection: close`, request smuggling, h2c and
-the HTTP/2 preface, descriptors, write stalls, the head cap, error envelopes), keep-alive
-and pipelining, the connection cap, and the Hypercorn switch. Timeouts run on a MockClock
-that jumps when every task waits, so they take no wall time; descriptors and Trio tasks
-are back to their baseline after each test and after the module."""
+"""edgegw's HTTP/1.1 connection layer (edgegw.http1) on real loopback sockets, every test on
+both listeners, plain HTTP and HTTPS (a trustme CA; the client is trio.SSLStream): stalled
+bodies, slowloris heads, streams that never end for HTTP/1.0 and `Connection: close`,
+request smuggling, h2c and the HTTP/2 preface, descriptors, write stalls, the head cap,
+error envelopes, keep-alive and pipelining, the connection cap, and the Hypercorn switch.
+Timeouts run on a MockClock that jumps when every task waits, so they take no wall time;
+descriptors and Trio tasks are back to their baseline after each test and after the
+module."""
 
 from __future__ import annotations
 
 import gc
 import os
 import socket
-from collections.abc import Iterator
-from dataclasses import dataclass
+import ssl
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 
 import orjson
 import pytest
 import trio
 import trio.testing
+import trustme
 
 from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.http1.limits import DEFAULT_LIMITS, Limits
 from edgegw.http1.server import open_listener, serve_http1
+from edgegw.http1.tls import server_context
 from edgegw.server import serve
 from edgegw.settings import Settings
 
-from .conftest import UPSTREAM_KEY, Gateway, start_gateway, upstream_env
+from .conftest import UPSTREAM_KEY, Gateway, upstream_env
+from .conftest import start_gateway as start_plain
 
 CLOSE = b"Connection: close"
 CHAT = orjson.dumps({"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]})
@@ -65,6 +70,85 @@ def _test_fds() -> Iterator[None]:
     yield
     gc.collect()  # a leaked socket's ResourceWarning fails the test that leaked it
     assert fd_count() == before
+
+
+# -- the listener under test ----------------------------------------------------------------
+
+
+@dataclass
+class Listener:
+    """What the module's tests run against: plain HTTP, or HTTPS with `env`'s certificate
+    and a client context trusting it."""
+
+    scheme: str = "http"
+    env: dict[str, str] = field(default_factory=dict)
+    client: ssl.SSLContext | None = None
+
+    def server_context(self) -> ssl.SSLContext | None:
+        if not self.env:
+            return None
+        return server_context(
+            self.env["SERVER_TLS_CERT_PATH"], self.env["SERVER_TLS_KEY_PATH"], ["http/1.1"]
+        )
+
+
+LISTENER = Listener()
+
+
+@pytest.fixture(scope="module", params=["http", "https"])
+def _listener(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    global LISTENER
+    if request.param == "http":
+        LISTENER = Listener()
+    else:
+        ca = trustme.CA()
+        leaf = ca.issue_cert("127.0.0.1")
+        where = tmp_path_factory.mktemp("tls")
+        cert, key = where / "cert.pem", where / "key.pem"
+        cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+        key.write_bytes(leaf.private_key_pem.bytes())
+        client = ssl.create_default_context()
+        ca.configure_trust(client)
+        env = {"SERVER_TLS_CERT_PATH": str(cert), "SERVER_TLS_KEY_PATH": str(key)}
+        LISTENER = Listener("https", env, client)
+    yield
+    LISTENER = Listener()
+
+
+@pytest.fixture(autouse=True)
+def _on_listener(_listener: None) -> None:
+    """Every test runs on both listeners."""
+
+
+async def start_gateway(nursery: trio.Nursery, env: Mapping[str, str]) -> Gateway:
+    gw = await start_plain(nursery, {**env, **LISTENER.env})
+    assert gw.base.startswith(f"{LISTENER.scheme}://")
+    return gw
+
+
+@pytest.fixture
+async def gateway(nursery: trio.Nursery, mock: MockUpstream) -> Gateway:
+    return await start_gateway(nursery, upstream_env(mock))
+
+
+async def connect(
+    port: int, sock: trio.socket.SocketType | None = None, local: str | None = None
+) -> trio.abc.Stream:
+    """A client connection to `port` (or on the connected `sock`; from the loopback address
+    `local`), over TLS for HTTPS."""
+    if sock is not None:
+        stream = trio.SocketStream(sock)
+    else:
+        stream = await trio.open_tcp_stream("127.0.0.1", port, local_address=local)
+    if LISTENER.client is None:
+        return stream
+    tls = trio.SSLStream(
+        stream, LISTENER.client, server_hostname="127.0.0.1", https_compatible=True
+    )
+    await tls.do_handshake()
+    return tls
 
 
 @pytest.fixture
@@ -140,7 +224,7 @@ def parse_responses(raw: bytes, *, eof: bool = True) -> list[Resp]:
     return out
 
 
-async def read_to_eof(stream: trio.SocketStream, limit_s: float = 10) -> bytes:
+async def read_to_eof(stream: trio.abc.Stream, limit_s: float = 10) -> bytes:
     """All the server sends until it closes (a reset counts as the end)."""
     data = b""
     with trio.fail_after(limit_s):
@@ -154,7 +238,7 @@ async def read_to_eof(stream: trio.SocketStream, limit_s: float = 10) -> bytes:
             data += chunk
 
 
-async def read_responses(stream: trio.SocketStream, count: int, limit_s: float = 10) -> list[Resp]:
+async def read_responses(stream: trio.abc.Stream, count: int, limit_s: float = 10) -> list[Resp]:
     """Read until `count` whole responses arrived, on a connection that stays open."""
     data = b""
     with trio.fail_after(limit_s):
@@ -189,7 +273,7 @@ def get(path: str, *extra: bytes, version: bytes = b"HTTP/1.1") -> bytes:
 
 
 async def one_shot(port: int, data: bytes) -> tuple[list[Resp], bytes]:
-    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+    async with await connect(port) as stream:
         await stream.send_all(data)
         raw = await read_to_eof(stream)
     return parse_responses(raw), raw
@@ -198,11 +282,11 @@ async def one_shot(port: int, data: bytes) -> tuple[list[Resp], bytes]:
 # -- 1. stalled bodies ------------------------------------------------------------------
 
 
-async def open_stalled(port: int, count: int) -> list[trio.SocketStream]:
+async def open_stalled(port: int, count: int, local: str | None = None) -> list[trio.abc.Stream]:
     """`count` requests whose head promises 1,000 body bytes of which 10 ever come."""
     streams = []
     for _ in range(count):
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        stream = await connect(port, local=local)
         head = post("/v1/chat/completions", b"")
         await stream.send_all(
             head.replace(b"Content-Length: 0", b"Content-Length: 1000") + b"{" * 10
@@ -211,9 +295,12 @@ async def open_stalled(port: int, count: int) -> list[trio.SocketStream]:
     return streams
 
 
-async def test_stalled_bodies_get_408_and_give_their_slots_back(
+async def test_stalled_bodies_hold_no_slot_and_get_408(
     clock: trio.testing.MockClock, nursery: trio.Nursery, mock: MockUpstream
 ) -> None:
+    """Fifty bodies stall with fifty in-flight slots: a whole request is still served, since
+    a body takes its slot only once it has arrived; the stalled ones get 408 at the body
+    deadline and never reach the upstream."""
     gw = await start_gateway(
         nursery,
         upstream_env(mock, EDGEGW_MAX_IN_FLIGHT="50", SERVER_BODY_IDLE_TIMEOUT="5s"),
@@ -224,20 +311,54 @@ async def test_stalled_bodies_get_408_and_give_their_slots_back(
     tasks, seen = task_names(), len(mock.requests)
     started = trio.current_time()
     stalled = await open_stalled(gw.port, 50)
-    await trio.sleep(1)  # all 50 are in the app, each holding a slot
-    (busy,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
-    assert busy.status == 503 and busy.error()["code"] == "overloaded"
+    await trio.sleep(1)  # all 50 are being read
+    (ok,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
+    assert ok.status == 200
     for stream in stalled:
         (resp,) = parse_responses(await read_to_eof(stream))
         assert resp.status == 408 and resp.headers[b"connection"] == b"close"
         assert resp.error()["code"] == "request_timeout"
         await stream.aclose()
     assert 5 <= trio.current_time() - started < 6
-    (ok,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
-    assert ok.status == 200
     assert len(mock.requests) == seen + 1  # the stalled ones never reached the upstream
     await trio.sleep(5)  # lingering closes are over
     assert task_names() == tasks
+
+
+async def test_one_address_cannot_take_every_body_in_progress(
+    clock: trio.testing.MockClock, nursery: trio.Nursery, mock: MockUpstream
+) -> None:
+    """Past its share of bodies in progress an address gets 503 at once; another address
+    is served; the global bound answers the same way."""
+    gw = await start_gateway(
+        nursery,
+        upstream_env(mock, EDGEGW_MAX_BODIES_PER_CLIENT="20", EDGEGW_MAX_BODIES="30"),
+    )
+    stalled = await open_stalled(gw.port, 20, local="127.0.0.1")
+    await trio.sleep(1)
+    async with await connect(gw.port, local="127.0.0.1") as stream:
+        started = trio.current_time()
+        await stream.send_all(post("/v1/chat/completions", CHAT, CLOSE))
+        (refused,) = parse_responses(await read_to_eof(stream))
+    assert trio.current_time() - started < 1  # not at the body deadline
+    assert refused.status == 503 and refused.error()["code"] == "overloaded"
+    assert refused.headers[b"retry-after"] == b"1"
+    async with await connect(gw.port, local="127.0.0.2") as stream:
+        await stream.send_all(post("/v1/chat/completions", CHAT, CLOSE))
+        (ok,) = parse_responses(await read_to_eof(stream))
+    assert ok.status == 200
+    stalled += await open_stalled(gw.port, 10, local="127.0.0.3")  # 30: the process's bound
+    await trio.sleep(1)
+    async with await connect(gw.port, local="127.0.0.4") as stream:
+        await stream.send_all(post("/v1/chat/completions", CHAT, CLOSE))
+        (full,) = parse_responses(await read_to_eof(stream))
+    assert full.status == 503 and full.error()["code"] == "overloaded"
+    for stream in stalled:
+        await stream.aclose()
+    # Bodies that end give their places back.
+    await trio.sleep(1)
+    (after,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
+    assert after.status == 200
 
 
 async def test_a_request_is_answered_while_fifty_bodies_stall(
@@ -258,7 +379,7 @@ async def test_a_trickled_body_ends_at_the_total_body_deadline(
         nursery,
         upstream_env(mock, SERVER_BODY_IDLE_TIMEOUT="5s", SERVER_BODY_TIMEOUT="20s"),
     )
-    async with await trio.open_tcp_stream("127.0.0.1", gw.port) as stream:
+    async with await connect(gw.port) as stream:
         started = trio.current_time()
         await stream.send_all(post("/v1/chat/completions", CHAT)[: -len(CHAT)])
         raw = await trickled(stream, [bytes([b]) for b in CHAT], every_s=4)  # never idle 5 s
@@ -267,7 +388,7 @@ async def test_a_trickled_body_ends_at_the_total_body_deadline(
     assert 20 <= trio.current_time() - started < 21
 
 
-async def trickled(stream: trio.SocketStream, pieces: list[bytes], every_s: float) -> bytes:
+async def trickled(stream: trio.abc.Stream, pieces: list[bytes], every_s: float) -> bytes:
     """Send `pieces` one every `every_s` while reading; what the server sent until it
     closed."""
 
@@ -293,7 +414,7 @@ async def test_a_slowloris_head_gets_408(
     clock: trio.testing.MockClock, nursery: trio.Nursery, mock: MockUpstream
 ) -> None:
     gw = await start_gateway(nursery, upstream_env(mock, SERVER_HEADER_TIMEOUT="3s"))
-    async with await trio.open_tcp_stream("127.0.0.1", gw.port) as stream:
+    async with await connect(gw.port) as stream:
         started = trio.current_time()
         await stream.send_all(b"GET /health HTTP/1.1\r\nHost: gw\r\n")
         (resp,) = parse_responses(await trickled(stream, [b"X-a: b\r\n"] * 10, every_s=1))
@@ -301,7 +422,7 @@ async def test_a_slowloris_head_gets_408(
     assert resp.status == 408 and resp.headers[b"connection"] == b"close"
     assert resp.error()["code"] == "request_timeout"
     # A connection that sends nothing at all is closed without an answer.
-    async with await trio.open_tcp_stream("127.0.0.1", gw.port) as silent:
+    async with await connect(gw.port) as silent:
         assert await read_to_eof(silent) == b""
 
 
@@ -322,7 +443,7 @@ async def test_a_connection_close_stream_ends_with_eof(
     gateway: Gateway, mock: MockUpstream
 ) -> None:
     mock.config = MockConfig(api_key=UPSTREAM_KEY, token_rate=20, tokens=6)
-    async with await trio.open_tcp_stream("127.0.0.1", gateway.port) as stream:
+    async with await connect(gateway.port) as stream:
         await stream.send_all(post("/v1/chat/completions", STREAM, CLOSE))
         raw = await read_to_eof(stream)
     assert raw.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")  # EOF right after the last chunk
@@ -334,7 +455,7 @@ async def test_keep_alive_after_a_long_stream_and_pipelining(
     gateway: Gateway, mock: MockUpstream
 ) -> None:
     mock.config = MockConfig(api_key=UPSTREAM_KEY, token_rate=20, tokens=6)
-    async with await trio.open_tcp_stream("127.0.0.1", gateway.port) as stream:
+    async with await connect(gateway.port) as stream:
         await stream.send_all(post("/v1/chat/completions", STREAM))
         (first,) = await read_responses(stream, 1)
         assert first.body.rstrip().endswith(b"data: [DONE]")
@@ -349,7 +470,7 @@ async def test_keep_alive_after_a_long_stream_and_pipelining(
 
 
 async def test_100_continue_chunked_bodies_and_head(gateway: Gateway) -> None:
-    async with await trio.open_tcp_stream("127.0.0.1", gateway.port) as stream:
+    async with await connect(gateway.port) as stream:
         head = post("/v1/chat/completions", CHAT, b"Expect: 100-continue")[: -len(CHAT)]
         await stream.send_all(head)
         with trio.fail_after(5):
@@ -427,7 +548,7 @@ async def test_h2c_upgrade_is_not_honoured(gateway: Gateway) -> None:
         b"Upgrade: h2c",
         b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA",
     )
-    async with await trio.open_tcp_stream("127.0.0.1", gateway.port) as stream:
+    async with await connect(gateway.port) as stream:
         await stream.send_all(upgrade)
         (resp,) = await read_responses(stream, 1)
         assert (resp.version, resp.status) == (b"HTTP/1.1", 200)  # no 101
@@ -455,7 +576,7 @@ async def test_a_connection_the_client_closed_gives_its_fd_back_at_once(
     before, tasks = fd_count(), task_names()
     streams = []
     for _ in range(20):
-        stream = await trio.open_tcp_stream("127.0.0.1", gateway.port)
+        stream = await connect(gateway.port)
         await stream.send_all(get("/health"))
         assert [r.status for r in await read_responses(stream, 1)] == [200]
         streams.append(stream)
@@ -485,7 +606,7 @@ async def test_a_client_that_stops_reading_is_closed_and_the_upstream_cancelled(
     sock = trio.socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     await sock.connect(("127.0.0.1", gw.port))
-    async with trio.SocketStream(sock) as stream:
+    async with await connect(gw.port, sock) as stream:
         await stream.send_all(post("/v1/chat/completions", orjson.dumps(body)))
         with trio.fail_after(60):
             while mock.stream_disconnects < 1:  # noqa: ASYNC110 (a fake peer's counter)
@@ -553,10 +674,11 @@ async def serve_on(app, limits: Limits, *, task_status) -> None:  # type: ignore
     listener = open_listener("127.0.0.1:0")
     port = listener.getsockname()[1]
     async with trio.open_nursery() as nursery:
+        tls = LISTENER.server_context()
         binds = await nursery.start(
-            lambda task_status: serve_http1(app, listener, limits, task_status=task_status)
+            lambda task_status: serve_http1(app, listener, limits, tls=tls, task_status=task_status)
         )
-        assert binds == [f"http://127.0.0.1:{port}"]
+        assert binds == [f"{LISTENER.scheme}://127.0.0.1:{port}"]
         task_status.started(port)
 
 
@@ -569,7 +691,7 @@ async def test_near_the_cap_idle_connections_are_closed_first(
     gw = await start_gateway(nursery, upstream_env(mock, SERVER_MAX_CONNECTIONS="10"))
     idle = []
     for _ in range(10):
-        stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
+        stream = await connect(gw.port)
         await stream.send_all(get("/health"))
         await read_responses(stream, 1)
         idle.append(stream)
@@ -586,11 +708,11 @@ async def test_an_inherited_listening_socket(nursery: trio.Nursery, mock: MockUp
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     port = sock.getsockname()[1]
-    settings = Settings.load(environ=upstream_env(mock))
+    settings = Settings.load(environ=upstream_env(mock, **LISTENER.env))
     binds = await nursery.start(
         lambda task_status: serve(settings, bind=f"fd://{sock.detach()}", task_status=task_status)
     )
-    assert binds == [f"http://127.0.0.1:{port}"]
+    assert binds == [f"{LISTENER.scheme}://127.0.0.1:{port}"]
     (resp,), _ = await one_shot(port, get("/health", CLOSE))
     assert resp.status == 200
 

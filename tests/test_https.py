@@ -1,6 +1,8 @@
 """HTTPS on the client side: SERVER_TLS_CERT_PATH / SERVER_TLS_KEY_PATH with a trustme CA,
-chat and streams over HTTP/1.1 and HTTP/2 (ALPN), a client disconnect over HTTP/2 reaching
-the upstream as on HTTP/1.1, TLS 1.2 as the floor, and bad configurations refused."""
+chat and streams over HTTP/1.1 (edgegw.http1) and, with SERVER_HTTP2_ENABLED, HTTP/2 (ALPN,
+Hypercorn), a client disconnect over HTTP/2 reaching the upstream as on HTTP/1.1, HTTP/2 not
+offered by default, TLS 1.2 as the floor, and bad configurations refused. The plain port's
+limits over TLS: tests/test_front_door.py."""
 
 from __future__ import annotations
 
@@ -49,8 +51,10 @@ def client_ctx(ca: trustme.CA) -> ssl.SSLContext:
 
 
 async def https_gateway(
-    nursery: trio.Nursery, mock: MockUpstream, files: dict[str, str]
+    nursery: trio.Nursery, mock: MockUpstream, files: dict[str, str], *, http2: bool = False
 ) -> Gateway:
+    if http2:
+        files = {**files, "SERVER_HTTP2_ENABLED": "true"}
     gw = await start_gateway(nursery, upstream_env(mock, **files))
     assert gw.base.startswith("https://")
     return gw
@@ -64,7 +68,7 @@ async def test_chat_and_stream_over_https(
     client_ctx: ssl.SSLContext,
     http2: bool,
 ) -> None:
-    gw = await https_gateway(nursery, mock, cert_files)
+    gw = await https_gateway(nursery, mock, cert_files, http2=http2)
     async with httpx2.AsyncClient(verify=client_ctx, http2=http2, timeout=20) as client:
         resp = await client.post(f"{gw.base}/v1/chat/completions", json=CHAT)
         assert resp.status_code == 200
@@ -108,7 +112,7 @@ async def test_a_stream_reset_over_http2_cancels_the_upstream(
     so the test controls exactly which frames go out."""
     slow = MockUpstream(MockConfig(api_key=UPSTREAM_KEY, token_rate=10, tokens=100))
     await nursery.start(slow.serve, "127.0.0.1", 0)
-    gw = await https_gateway(nursery, slow, cert_files)
+    gw = await https_gateway(nursery, slow, cert_files, http2=True)
     client_ctx.set_alpn_protocols(["h2"])
     stream = await trio.open_ssl_over_tcp_stream(
         "127.0.0.1", gw.port, ssl_context=client_ctx, https_compatible=True
@@ -140,6 +144,34 @@ async def test_a_stream_reset_over_http2_cancels_the_upstream(
                 await trio.sleep(0.05)
     finally:
         await stream.aclose()
+
+
+async def test_http2_is_not_offered_by_default(
+    nursery: trio.Nursery,
+    mock: MockUpstream,
+    cert_files: dict[str, str],
+    client_ctx: ssl.SSLContext,
+) -> None:
+    """ALPN: a client offering h2 and http/1.1 gets http/1.1, and an HTTP/2 client is
+    answered over HTTP/1.1."""
+    gw = await https_gateway(nursery, mock, cert_files)
+    client_ctx.set_alpn_protocols(["h2", "http/1.1"])
+    stream = await trio.open_ssl_over_tcp_stream(
+        "127.0.0.1", gw.port, ssl_context=client_ctx, https_compatible=True
+    )
+    try:
+        await stream.do_handshake()
+        assert stream.selected_alpn_protocol() == "http/1.1"
+    finally:
+        await stream.aclose()
+    async with httpx2.AsyncClient(verify=client_ctx, http2=True, timeout=20) as client:
+        resp = await client.post(f"{gw.base}/v1/chat/completions", json=CHAT)
+    assert resp.status_code == 200 and resp.http_version == "HTTP/1.1"
+
+
+def test_http2_without_tls_is_named_in_a_warning() -> None:
+    warned = Settings.load(environ={"SERVER_HTTP2_ENABLED": "true"}).start_warnings
+    assert any("SERVER_HTTP2_ENABLED is ignored" in w for w in warned)
 
 
 async def test_tls_below_1_2_is_refused(

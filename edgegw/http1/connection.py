@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 import socket
+import ssl
 from typing import Any
 
 import h11
@@ -21,8 +22,9 @@ import trio
 
 from edgegw._core import RequestError, screen_request_head
 from edgegw.http1.cycle import App, Cycle
-from edgegw.http1.limits import IDLE_SHED_AT, Limits
+from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, Limits
 from edgegw.http1.screen import HeadError
+from edgegw.http1.tls import TlsWire
 from edgegw.http1.wire import Wire
 
 log = logging.getLogger("edgegw.http1")
@@ -44,11 +46,19 @@ _LEADING_CRLF = re.compile(rb"(?:\r\n)+")
 class Server:
     """What every connection shares: the app, the limits, the drain flag, the idle set."""
 
-    def __init__(self, app: App, limits: Limits, local: Any, cap: int) -> None:
+    def __init__(
+        self, app: App, limits: Limits, local: Any, cap: int, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.app = app
         self.limits = limits
         self.local = local
         self.cap = cap
+        # HTTPS: each connection's TLS (edgegw.http1.tls). Handshakes in progress, oldest
+        # first: past MAX_HANDSHAKES a new one ends the oldest, so stalled handshakes can
+        # neither pile up nor keep a new client waiting.
+        self.tls = tls
+        self.scheme = "http" if tls is None else "https"
+        self.handshaking: dict[Connection, None] = {}
         self.shed_at = max(1, int(cap * IDLE_SHED_AT))
         self.draining = False
         self.connections: set[Connection] = set()
@@ -84,7 +94,9 @@ class Connection:
 
     def __init__(self, server: Server, sock: socket.socket, client: Any) -> None:
         self.server = server
-        self.wire = Wire(sock, server.limits.write_stall_timeout_s)
+        stall_s = server.limits.write_stall_timeout_s
+        tls = server.tls
+        self.wire = Wire(sock, stall_s) if tls is None else TlsWire(sock, stall_s, tls)
         self.client = client
         self.accepted_at = trio.current_time()
         self.idle_scope: trio.CancelScope | None = None  # while nothing of a request came
@@ -94,6 +106,8 @@ class Connection:
         wire = self.wire
         server = self.server
         try:
+            if isinstance(wire, TlsWire) and not await self._handshake(wire):
+                return
             while True:
                 head = await self._read_head()
                 if head is None:
@@ -121,6 +135,25 @@ class Connection:
                 await wire.close()
             finally:
                 server.forget(self)
+
+    async def _handshake(self, wire: TlsWire) -> bool:
+        """TLS first, within the head's deadline from accept (a handshake is a head's
+        first part); closable as idle meanwhile."""
+        handshaking = self.server.handshaking
+        while len(handshaking) >= MAX_HANDSHAKES:
+            oldest = next(iter(handshaking))
+            del handshaking[oldest]
+            oldest.close_if_idle()
+        deadline = self.accepted_at + self.server.limits.header_timeout_s
+        handshaking[self] = None
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                self.idle_scope = scope
+                done = await wire.handshake()
+        finally:
+            self.idle_scope = None
+            handshaking.pop(self, None)
+        return done and not scope.cancelled_caught
 
     def close_if_idle(self) -> bool:
         """End the connection if it waits for a request with nothing of it received."""

@@ -57,6 +57,7 @@ class Host(Protocol):
     app: App
     limits: Limits
     local: Any
+    scheme: str
     draining: bool
 
 
@@ -121,7 +122,7 @@ class Cycle:
             "asgi": ASGI,
             "http_version": request.http_version.decode(),
             "method": request.method.decode(),
-            "scheme": "http",
+            "scheme": host.scheme,
             "path": unquote(target.decode("ascii")),
             "raw_path": target,
             "query_string": query,

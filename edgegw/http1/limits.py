@@ -1,5 +1,6 @@
 """Every bound the HTTP/1.1 connection layer puts on what a client can make the process
-hold, in one table: what it bounds, why, and its nginx / Envoy counterpart.
+hold, in one table: what it bounds, why, and its nginx / Envoy counterpart. Every row
+applies to both listeners, plain HTTP and HTTPS (edgegw.http1.tls).
 
 `Limits` carries the values one server runs with (built from `Settings`, whose fields
 have the same names and take their defaults from here); `LIMIT_TABLE` is the documentation
@@ -57,6 +58,9 @@ FD_RESERVE = 256
 # Near the cap (this share of it), each accept closes the longest-idle kept-alive
 # connection.
 IDLE_SHED_AT = 0.9
+# TLS handshakes in progress at once (each holds OpenSSL state while its client answers):
+# past it, a new connection ends the oldest handshake.
+MAX_HANDSHAKES = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +167,40 @@ LIMIT_TABLE: tuple[Limit, ...] = (
         "EDGEGW_MAX_IN_FLIGHT",
         "count",
         "503 + Retry-After (from the app)",
-        "requests being handled; a stalled body cannot keep a slot past the body timeouts",
+        "requests being handled; a request takes its slot once its body is whole",
         "Envoy overload manager / circuit breaker max_requests",
+    ),
+    Limit(
+        "max_bodies",
+        "EDGEGW_MAX_BODIES",
+        "count",
+        "503 overloaded + Retry-After (from the app)",
+        "request bodies being read hold no in-flight slot, so they are bounded on their own",
+        "nginx limit_conn (per zone); Envoy overload manager",
+    ),
+    Limit(
+        "max_bodies_per_client",
+        "EDGEGW_MAX_BODIES_PER_CLIENT",
+        "count",
+        "503 overloaded + Retry-After (from the app)",
+        "one client address cannot take every place for bodies being read",
+        "nginx limit_conn $binary_remote_addr; Envoy local rate limit per descriptor",
+    ),
+    Limit(
+        "max_body_bytes_in_progress",
+        "EDGEGW_MAX_BODIES_BYTES",
+        "bytes",
+        "503 overloaded + Retry-After (from the app)",
+        "the bytes of bodies still arriving, held by the process at once",
+        "Envoy overload manager max_heap_size_bytes",
+    ),
+    Limit(
+        "MAX_HANDSHAKES",
+        None,
+        "count",
+        "the oldest handshake in progress is ended",
+        "a TLS handshake holds OpenSSL state while its client answers (within the head deadline)",
+        "nginx ssl_handshake_timeout; Envoy transport_socket_connect_timeout",
     ),
 )
 

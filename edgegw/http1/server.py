@@ -21,6 +21,7 @@ import errno
 import logging
 import resource
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -92,10 +93,11 @@ def open_listener(bind: str) -> socket.socket:
     return sock
 
 
-def bind_url(sock: socket.socket) -> str:
-    """The bind string Hypercorn reports: http://host:port, http://[v6]:port."""
+def bind_url(sock: socket.socket, scheme: str = "http") -> str:
+    """The bind string Hypercorn reports: http://host:port, https://[v6]:port."""
     host, port = sock.getsockname()[:2]
-    return f"http://[{host}]:{port}" if sock.family == socket.AF_INET6 else f"http://{host}:{port}"
+    host = f"[{host}]" if sock.family == socket.AF_INET6 else host
+    return f"{scheme}://{host}:{port}"
 
 
 async def accept_loop(server: Server, listener: socket.socket, handlers: trio.Nursery) -> None:
@@ -141,18 +143,21 @@ async def serve_http1(
     *,
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     grace_s: float = 30.0,
+    tls: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `app` on `listener` (which this closes) until cancelled, or until
-    `shutdown_trigger` returns and the drain is over; started([bind]) once accepting."""
+    """Serve `app` on `listener` (which this closes), over TLS with `tls`, until cancelled,
+    or until `shutdown_trigger` returns and the drain is over; started([bind]) once
+    accepting."""
     try:
         cap = connection_cap(limits, raise_nofile())
         local = listener.getsockname()
-        server = Server(app, limits, local[:2] if isinstance(local, tuple) else local, cap)
+        local = local[:2] if isinstance(local, tuple) else local
+        server = Server(app, limits, local, cap, tls)
         async with trio.open_nursery() as handlers:
             async with trio.open_nursery() as front:
                 front.start_soon(accept_loop, server, listener, handlers)
-                task_status.started([bind_url(listener)])
+                task_status.started([bind_url(listener, server.scheme)])
                 if shutdown_trigger is None:
                     await trio.sleep_forever()
                 await shutdown_trigger()

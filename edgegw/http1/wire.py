@@ -148,7 +148,7 @@ class Wire:
                     with trio.move_on_after(LINGER_S):
                         drained = 0
                         while drained < LINGER_MAX_BYTES:
-                            data = await self.recv()
+                            data = await Wire.recv(self)  # the socket's bytes, as they come
                             if not data:
                                 break
                             drained += len(data)
