@@ -125,7 +125,7 @@ class App:
                 await call.respond_json(500, body)
         finally:
             duration_s = trio.current_time() - started
-            if call.trace is not None and call.trace.finish(call.note.status or call.status, error):
+            if call.trace is not None and call.trace.finish(call.final_status, error):
                 assert tracing is not None
                 tracing.wake()  # a whole batch of spans waits
             access_line(call, duration_s)

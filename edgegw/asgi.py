@@ -128,6 +128,12 @@ class Call:
         other.errors = self.errors
         return other
 
+    @property
+    def final_status(self) -> int | None:
+        """The status the client got: the route's note, the head sent, or the one the
+        connection layer answered with after a body deadline or bad framing ended the call."""
+        return self.note.status or self.status or self.scope.get("edgegw.answered_by_server")
+
     async def send(self, message: dict[str, Any]) -> None:
         if self._with_id and message["type"] == "http.response.start":
             message["headers"] = [*message["headers"], (b"x-request-id", self.request_id.encode())]

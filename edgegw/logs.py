@@ -165,7 +165,7 @@ def access_line(call: Call, duration_s: float) -> None:
     if not access_log.isEnabledFor(level):
         return
     note = call.note
-    status = note.status or call.status or 0
+    status = call.final_status or 0
     client = call.scope.get("client")
     address = f"{client[0]}:{client[1]}" if client else "-"
     ttft_ms = None if note.ttft_s is None else round(note.ttft_s * 1000, 1)

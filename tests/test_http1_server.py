@@ -407,6 +407,43 @@ async def trickled(stream: trio.abc.Stream, pieces: list[bytes], every_s: float)
     return raw
 
 
+async def test_a_body_deadline_is_logged_with_its_408(
+    clock: trio.testing.MockClock,
+    nursery: trio.Nursery,
+    mock: MockUpstream,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("INFO", "edgegw.access")
+    gw = await start_gateway(nursery, upstream_env(mock, SERVER_BODY_IDLE_TIMEOUT="5s"))
+    (stream,) = await open_stalled(gw.port, 1)
+    async with stream:
+        (resp,) = parse_responses(await read_to_eof(stream))
+    assert resp.status == 408
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "edgegw.access"]
+    assert line.startswith("POST /v1/chat/completions 408 ")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /health HTTP/1.1\nHost: gw\n",  # bare LF, the head not yet over
+        b"GET /health HTTP/1.1\r\nHost: gw\rX: y",  # bare CR
+        b"GET /health HTTP/1.1\r\nHost: gw\n\n",
+    ],
+)
+async def test_a_head_with_a_bare_cr_or_lf_gets_400_at_once(
+    head: bytes, clock: trio.testing.MockClock, gateway: Gateway
+) -> None:
+    """Such a head never ends in CRLF CRLF: it is refused when it shows, not at the head
+    deadline."""
+    async with await connect(gateway.port) as stream:
+        started = trio.current_time()
+        await stream.send_all(head)
+        (resp,) = parse_responses(await read_to_eof(stream))
+    assert trio.current_time() - started < 1
+    assert resp.status == 400 and resp.error()["code"] == "invalid_request"
+
+
 # -- slowloris heads ------------------------------------------------------------------------
 
 

@@ -41,6 +41,10 @@ def SCREEN(head: bytes) -> None:  # noqa: N802 (the screen, as a swappable name)
 
 
 _LEADING_CRLF = re.compile(rb"(?:\r\n)+")
+# A line end that is not CRLF: such a head never ends in CRLF CRLF, so it is refused as
+# soon as it shows instead of at the head deadline. (A CR last in the buffer may yet be
+# followed by its LF.)
+_BARE_CR_OR_LF = re.compile(rb"(?<!\r)\n|\r(?=[^\n])")
 
 
 class Server:
@@ -211,6 +215,9 @@ class Connection:
                 return head
             if len(buf) >= cap:
                 break
+            if _BARE_CR_OR_LF.search(buf, max(0, scan - 1)):
+                await wire.refuse(400, "invalid_request", "bare CR or LF in the request head")
+                return None
             scan = max(0, len(buf) - 3)
             with trio.CancelScope(deadline=deadline) as scope:
                 data = await wire.recv()

@@ -42,6 +42,8 @@ App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 ASGI = {"version": "3.0", "spec_version": "2.3"}
 DISCONNECT = {"type": "http.disconnect"}
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+# The scope key of the status the layer answers with itself after cancelling the app.
+ANSWERED_BY_SERVER = "edgegw.answered_by_server"
 
 
 def _has_close(connection: bytes) -> bool:
@@ -224,8 +226,10 @@ class Cycle:
             await self.reader_exit.wait()
 
     async def _fail(self, status: int, code: str, message: str) -> dict[str, Any]:
-        """End the request with the layer's answer (408, 400): cancel the app's call."""
+        """End the request with the layer's answer (408, 400): cancel the app's call, which
+        logs and records that status (ANSWERED_BY_SERVER in the scope)."""
         self.failure = (status, code, message)
+        self.scope[ANSWERED_BY_SERVER] = status
         self.app_scope.cancel()
         await trio.lowlevel.checkpoint()  # raises Cancelled in the app
         return DISCONNECT
