@@ -120,12 +120,14 @@ class _Connection:
 
     def looks_alive(self) -> bool:
         """An idle keep-alive connection must have nothing to read: readable means the
-        peer closed it (EOF) or sent garbage; either way it cannot be reused."""
+        peer closed it (EOF) or sent garbage; either way it cannot be reused. poll, not
+        select: select cannot watch a descriptor numbered past FD_SETSIZE (1,024)."""
+        poller = select.poll()
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            poller.register(self.sock.fileno(), select.POLLIN)
+            return not poller.poll(0)  # POLLIN, or POLLHUP / POLLERR / POLLNVAL
         except (OSError, ValueError):
             return False
-        return not readable
 
     async def aclose(self) -> None:
         with trio.move_on_after(1, shield=True):
