@@ -8,8 +8,9 @@ and was replaced for that reason (numbers in bench/README.md, "upstream client")
 It was chosen over httpcore's Trio pool by measurement as well (same section).
 
 TLS is `trio.SSLStream`. A connection goes back to the pool only after a whole response
-was read and the response allows reuse; a cancelled or failed exchange closes it, so a
-client that disconnects also closes its upstream request.
+was read and the response allows reuse (not framed both by chunks and by length); a
+cancelled or failed exchange closes it, so a client that disconnects also closes its
+upstream request.
 
 Connections to one host are capped (`max_per_host`, UPSTREAM_POOL_MAX_PER_HOST; Envoy's
 circuit breaker `max_connections` defaults to the same 1,024): past the cap a request
@@ -541,9 +542,26 @@ class Response:
         if self._closed:
             return
         self._closed = True
-        if self._done and self._parser.reusable and self._pool._checkin(self._conn):
+        if (
+            self._done
+            and self._parser.reusable
+            # Read by its chunks and relayed reframed, but never reused: the upstream may
+            # have meant the Content-Length, leaving bytes the next answer would start with.
+            and not self._mixed_framing()
+            and self._pool._checkin(self._conn)
+        ):
             return
         await self._pool._discard(self._conn)
+
+    def _mixed_framing(self) -> bool:
+        """Transfer-Encoding beside Content-Length: RFC 9112 §6.1 forbids sending both."""
+        te = cl = False
+        for name, _ in self.headers:
+            if name == b"transfer-encoding":
+                te = True
+            elif name == b"content-length":
+                cl = True
+        return te and cl
 
 
 def retry_after_s(value: bytes | None) -> float | None:

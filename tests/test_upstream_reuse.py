@@ -1,6 +1,7 @@
 """When the pool takes an idle upstream connection again, and when it must not: one that
 looks alive is reused whatever its descriptor's number (past FD_SETSIZE too, as under real
-load); one whose peer closed it or sent bytes nobody asked for is not."""
+load); one whose peer closed it or sent bytes nobody asked for is not; nor one whose answer
+was framed both by chunks and by a Content-Length."""
 
 from __future__ import annotations
 
@@ -90,4 +91,25 @@ async def test_an_idle_connection_the_peer_closed_or_spoke_on_is_not_reused(
     await wait_until(lambda: delivered(stream))
     assert await exchange(pool, origin) == (200, b"{}")
     assert (upstream.connections, pool.connections_opened, pool.reused) == (2, 2, 0)
+    await pool.aclose()
+
+
+@pytest.mark.parametrize(
+    ("framing", "connections"),
+    [
+        pytest.param(b"transfer-encoding: chunked\r\n", 1, id="chunked"),
+        pytest.param(b"content-length: 3\r\ntransfer-encoding: chunked\r\n", 2, id="both"),
+        pytest.param(b"transfer-encoding: chunked\r\ncontent-length: 99\r\n", 2, id="both-after"),
+    ],
+)
+async def test_an_answer_framed_both_ways_is_read_by_its_chunks_and_not_reused(
+    nursery: trio.Nursery, framing: bytes, connections: int
+) -> None:
+    answer = b"HTTP/1.1 200 OK\r\n%b\r\n5\r\nhello\r\n0\r\n\r\n" % framing
+    upstream, origin = await start(nursery, answer)
+    pool = UpstreamPool()
+    for _ in range(2):
+        assert await exchange(pool, origin) == (200, b"hello")
+    assert (upstream.connections, upstream.requests) == (connections, 2)
+    assert pool.reused == 2 - connections
     await pool.aclose()
