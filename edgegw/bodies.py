@@ -5,6 +5,10 @@
   (`EDGEGW_RESPONSE_BUFFER_BUDGET`, shared by every answer being held at once; 503
   `overloaded` past it), so ten huge answers cannot take the process's memory. An answer
   is charged twice its size while held: the pieces and the joined copy exist together.
+  The charge comes before the bytes: an answer with a Content-Length is charged whole
+  before its body is read (refused at once when it cannot fit); one of unknown length as
+  each piece arrives; a compressed one a decoded step at a time, never more than
+  READ_SIZE decoded before it is charged.
 - edgegw asks for `Accept-Encoding: identity`; an upstream that encodes anyway (gzip or
   deflate) is decoded here, within the same bounds, so a client never gets compressed
   bytes labelled as JSON. Other encodings are refused (502): nothing mislabelled is relayed.
@@ -17,7 +21,7 @@ from __future__ import annotations
 import zlib
 
 from edgegw.errors import GatewayError, fail
-from edgegw.upstream import Response
+from edgegw.upstream import READ_SIZE, Response
 
 REDACTED = b"[redacted]"
 # Largest decoded size of one compressed stream piece (a decompression bomb in a stream
@@ -28,22 +32,27 @@ _AUTO_WBITS = 47
 
 
 class BufferBudget:
-    """Bytes of whole upstream answers held by this process at once."""
+    """Bytes of whole upstream answers held by this process at once; `peak` is the most
+    ever held (never past `limit`: a charge that would pass it is refused)."""
 
-    __slots__ = ("limit", "held")
+    __slots__ = ("limit", "held", "peak")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
+        self.peak = 0
 
     def take(self, n: int) -> None:
-        if self.held + n > self.limit:
+        held = self.held + n
+        if held > self.limit:
             raise fail(
                 "overloaded",
                 "The gateway is holding too many large answers; retry shortly.",
                 headers=((b"retry-after", b"1"),),
             )
-        self.held += n
+        self.held = held
+        if held > self.peak:
+            self.peak = held
 
     def give(self, n: int) -> None:
         self.held -= n
@@ -52,12 +61,14 @@ class BufferBudget:
 class Decoder:
     """The upstream's Content-Encoding undone, piece by piece (identity passes through)."""
 
-    __slots__ = ("_z", "_limit", "_out", "_per_piece")
+    __slots__ = ("_z", "_limit", "_out", "_per_piece", "_rest", "more")
 
     def __init__(self, encoding: bytes | None, limit: int, *, per_piece: bool = False) -> None:
         self._limit = limit
         self._out = 0
         self._per_piece = per_piece
+        self._rest = b""  # input a `step` left undecoded
+        self.more = False  # a `step` with no new input may decode more
         coding = (encoding or b"identity").strip().lower()
         if coding in (b"identity", b""):
             self._z = None
@@ -88,6 +99,24 @@ class Decoder:
         self._out += len(out)
         return out
 
+    def step(self, data: bytes, most: int) -> bytes:
+        """At most `most` bytes decoded from what the last step left and then `data` (pass
+        b"" while `more`); past the limit, 502 `upstream_response_too_large`."""
+        if self._z is None:
+            return data
+        try:
+            out = self._z.decompress(self._rest + data, most)
+        except zlib.error:
+            raise fail(
+                "bad_upstream_response", "the upstream's compressed body is corrupt"
+            ) from None
+        self._rest = self._z.unconsumed_tail
+        self.more = bool(self._rest) or len(out) == most
+        self._out += len(out)
+        if self._out > self._limit:
+            raise too_large()
+        return out
+
     def finish(self) -> bytes:
         if self._z is None:
             return b""
@@ -102,31 +131,59 @@ def too_large() -> GatewayError:
 
 
 async def read_whole(resp: Response, limit: int, budget: BufferBudget) -> tuple[bytes, int]:
-    """The decoded body of `resp`, at most `limit` bytes, charged to `budget`. Returns (body,
-    charge); the caller gives the charge back once the body is no longer held."""
-    declared = resp.header(b"content-length")
+    """The decoded body of `resp`, at most `limit` bytes, charged to `budget` before it is
+    held (module doc). Returns (body, charge); the caller gives the charge back once the
+    body is no longer held."""
+    if resp.complete:  # no body to read (204, 304, an answer to HEAD)
+        return b"", 0
     decoder = Decoder(resp.header(b"content-encoding"), limit)
-    if declared is not None and declared.isdigit() and not decoder.active and int(declared) > limit:
+    declared = None if decoder.active else _declared_length(resp)
+    if declared is not None and declared > limit:
         raise too_large()
     parts: list[bytes] = []
     charged = size = 0
     try:
-        while chunk := await resp.receive_chunk():
-            piece = decoder.feed(chunk)
-            size += len(piece)
-            if size > limit:
-                raise too_large()
-            budget.take(2 * len(piece))
-            charged += 2 * len(piece)
-            parts.append(piece)
-        if tail := decoder.finish():
-            budget.take(2 * len(tail))
-            charged += 2 * len(tail)
-            parts.append(tail)
+        if declared is not None:
+            budget.take(2 * declared)
+            charged = 2 * declared
+            # Never a read larger than what is left: no room is made for bytes not charged.
+            while chunk := await resp.receive_chunk(declared - size):
+                size += len(chunk)
+                parts.append(chunk)
+        else:
+            while chunk := await resp.receive_chunk():
+                while True:
+                    piece = decoder.step(chunk, READ_SIZE)
+                    chunk = b""
+                    size += len(piece)
+                    if size > limit:
+                        raise too_large()
+                    if piece:
+                        budget.take(2 * len(piece))
+                        charged += 2 * len(piece)
+                        parts.append(piece)
+                    if not decoder.more:
+                        break
+            if tail := decoder.finish():
+                size += len(tail)
+                if size > limit:
+                    raise too_large()
+                budget.take(2 * len(tail))
+                charged += 2 * len(tail)
+                parts.append(tail)
     except BaseException:
         budget.give(charged)
         raise
     return (parts[0] if len(parts) == 1 else b"".join(parts)), charged
+
+
+def _declared_length(resp: Response) -> int | None:
+    """The body's length when a Content-Length frames it (no Transfer-Encoding beside it:
+    then the chunks do, RFC 9112 §6.3)."""
+    if resp.header(b"transfer-encoding") is not None:
+        return None
+    value = resp.header(b"content-length")
+    return int(value) if value is not None and value.isdigit() else None
 
 
 def scrub(data: bytes, secret: bytes | None) -> bytes:

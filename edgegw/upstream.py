@@ -511,13 +511,15 @@ class Response:
                 return v
         return None
 
-    async def receive_chunk(self) -> bytes:
+    async def receive_chunk(self, most: int = READ_SIZE) -> bytes:
+        """The next piece of the body (b"" at the end), read `most` bytes at a time (a
+        caller that knows how much is left need not make room for more)."""
         if self._pending:
             chunk, self._pending = self._pending, b""
             return chunk
         while not self._done:
             try:
-                data = await self._conn.stream.receive_some(READ_SIZE)
+                data = await self._conn.stream.receive_some(most)
                 fed = self._parser.feed(data) if data else self._parser.feed_eof()
             except Exception as e:
                 raise _transport_error(e) from e
