@@ -1,11 +1,13 @@
 """The package's shape, read from its source: imports go one way (no cycle, also through
-imports inside functions or under TYPE_CHECKING), nothing but the server imports the app,
+imports inside functions or under TYPE_CHECKING) and down ARCHITECTURE.md's layer table,
+which lists every module, nothing but the server imports the app,
 the benchmarking code stays out of the gateway's import graph, and a module longer than
 MAX_LINES says at its top why."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "edgegw"
@@ -23,11 +25,20 @@ def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
-def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every edgegw module `name` imports, wherever the import statement stands."""
+def _imports(name: str, path: Path, known: set[str], typing: bool = True) -> set[str]:
+    """Every edgegw module `name` imports, wherever the import statement stands (under
+    `if TYPE_CHECKING:` too, unless not `typing`)."""
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: set[int] = set()
+    if not typing:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+                skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -46,10 +57,12 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(typing: bool = True) -> dict[str, set[str]]:
     modules = _modules()
     known = set(modules)
-    return {name: _imports(name, path, known) - {"edgegw"} for name, path in modules.items()}
+    return {
+        name: _imports(name, path, known, typing) - {"edgegw"} for name, path in modules.items()
+    }
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -132,3 +145,77 @@ def test_long_modules_say_why() -> None:
         if lines > MAX_LINES and "Longer than" not in (ast.get_docstring(ast.parse(text)) or ""):
             unexplained.append(f"{path.relative_to(PACKAGE.parent)}: {lines} lines")
     assert unexplained == []
+
+
+# -- the layer table of ARCHITECTURE.md, enforced ---------------------------------------------
+
+ARCHITECTURE = PACKAGE.parent / "ARCHITECTURE.md"
+
+
+def _layer_table() -> list[tuple[str, list[str]]]:
+    """(layer, module prefixes) in ARCHITECTURE.md's order: each backticked `x.py`, `dir/`
+    or `edgegw.name` in a row's modules column."""
+    text = ARCHITECTURE.read_text()
+    section = text[text.index("## Layers") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("layer", "---") or set(cells[0]) <= {"-"}:
+            continue
+        prefixes = []
+        for token in re.findall(r"`([^`]+)`", cells[1]):
+            if token.startswith("edgegw."):
+                prefixes.append(token)
+            elif token.endswith(".py"):
+                prefixes.append("edgegw." + token[:-3].replace("/", "."))
+            elif token.endswith("/"):
+                prefixes.append("edgegw." + token[:-1].replace("/", ".") + ".")
+        rows.append((cells[0], prefixes))
+    return rows
+
+
+def _layer_of(module: str, table: list[tuple[str, list[str]]]) -> int | None:
+    """The index of the layer that lists `module`, the most specific entry winning (a
+    file listed apart from its folder); a package counts as its folder."""
+    best: tuple[int, int] | None = None  # (specificity, layer)
+    for i, (_, prefixes) in enumerate(table):
+        for prefix in prefixes:
+            exact = module == prefix or module + "." == prefix
+            if exact or (prefix.endswith(".") and module.startswith(prefix)):
+                rank = len(prefix) + (1000 if exact and not prefix.endswith(".") else 0)
+                if best is None or rank > best[0]:
+                    best = (rank, i)
+    return None if best is None else best[1]
+
+
+def test_every_module_is_in_the_layer_table() -> None:
+    table = _layer_table()
+    assert [name for name, _ in table][:3] == ["core", "errors", "http"]
+    missing = [m for m in _graph() if m != "edgegw" and _layer_of(m, table) is None]
+    assert missing == []
+
+
+def test_imports_go_up_the_layer_table() -> None:
+    """A module imports only from its own layer and the layers above it in ARCHITECTURE.md.
+    Imports under `if TYPE_CHECKING:` are names for annotations, not dependencies at run
+    time: they count for cycles (above), not here."""
+    table = _layer_table()
+    wrong = []
+    for module, deps in _graph(typing=False).items():
+        here = _layer_of(module, table)
+        if here is None:
+            continue
+        for dep in deps:
+            there = _layer_of(dep, table)
+            if there is not None and there > here:
+                wrong.append(f"{module} ({table[here][0]}) imports {dep} ({table[there][0]})")
+    assert sorted(wrong) == []
+
+
+def test_the_layer_checker_reads_the_table() -> None:
+    table = [("a", ["edgegw.x."]), ("b", ["edgegw.x.y", "edgegw.z"])]
+    assert _layer_of("edgegw.x.w", table) == 0
+    assert _layer_of("edgegw.x.y", table) == 1
+    assert _layer_of("edgegw.x", table) == 0
+    assert _layer_of("edgegw.q", table) is None
