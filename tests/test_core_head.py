@@ -206,6 +206,27 @@ def test_refused(data: bytes, status: int, code: str) -> None:
     assert isinstance(e.args[0], str) and e.args[0]
 
 
+# What h11 0.16 alone parses into a Request, and the screen refuses: why the screen exists.
+H11_TOLERATES = [
+    head(HOST, b"Content-Length: 3", b"Transfer-Encoding: chunked"),
+    head(HOST, b"Transfer-Encoding:", b" chunked"),
+    b"GET / HTTP/1.1\nHost: gw\n\n",
+    head(HOST, b"Content-Length: 1", b"Content-Length: 1"),
+    head(HOST, b"Content-Length: 1, 1"),
+    head(b"Transfer-Encoding: chunked", request_line=b"POST / HTTP/1.0"),
+    b"PRI * HTTP/2.0\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("data", H11_TOLERATES)
+def test_what_h11_alone_accepts_the_screen_refuses(data: bytes) -> None:
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(data)
+    assert isinstance(conn.next_event(), h11.Request)
+    with pytest.raises(RequestError):
+        screen_request_head(data, MAX)
+
+
 def test_max_bytes_is_inclusive() -> None:
     data = head(HOST)
     assert screen_request_head(data, len(data)).http_version == b"1.1"

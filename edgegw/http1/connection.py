@@ -23,16 +23,13 @@ import trio
 from edgegw._core import RequestError, screen_request_head
 from edgegw.http1.cycle import App, Cycle
 from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, Limits
-from edgegw.http1.screen import HeadError
 from edgegw.http1.tls import TlsWire
 from edgegw.http1.wire import Wire
 
 log = logging.getLogger("edgegw.http1")
 
-# The head screen: the Rust core's (rust/src/head.rs). Same rules as edgegw.http1.screen's
-# Python one, kept as the reference its tests compare against; on a typical 244-byte head
-# (2026-12-01, timeit, the 2-vCPU box): Rust 1.4 µs, Python 23 µs per head. The head's size
-# was bounded while it was read, so the screen's own bound is only a backstop.
+# The head screen: the Rust core's (rust/src/head.rs; bench/README.md has its cost). The
+# head's size was bounded while it was read, so the screen's own bound is only a backstop.
 SCREEN_MAX_BYTES = 1 << 24
 
 
@@ -118,7 +115,7 @@ class Connection:
                     return
                 try:
                     SCREEN(head)
-                except (HeadError, RequestError) as e:
+                except RequestError as e:
                     await wire.refuse(e.status, e.code, str(e))
                     return
                 try:

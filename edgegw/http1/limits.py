@@ -44,8 +44,6 @@ MAX_HEADER_COUNT = 100
 # Bytes read from a socket at once; a connection buffers at most max_head_bytes more
 # than this of a head or of pipelined requests.
 READ_SIZE = 64 * 1024
-# Bytes handed to one send(): a write makes "progress" when one such slice leaves.
-WRITE_SLICE = 256 * 1024
 # After the last response on a connection: how long unread request bytes are drained
 # (after our FIN) before the socket is closed, so the client reads the answer instead
 # of a reset, and how many bytes at most.
