@@ -146,7 +146,7 @@ async def read_whole(resp: Response, limit: int, budget: BufferBudget) -> tuple[
         if declared is not None:
             budget.take(2 * declared)
             charged = 2 * declared
-            # Never a read larger than what is left: no room is made for bytes not charged.
+            # Reads of what is left: a read's buffer is within the charge, and few pieces.
             while chunk := await resp.receive_chunk(declared - size):
                 size += len(chunk)
                 parts.append(chunk)
