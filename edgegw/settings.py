@@ -25,7 +25,7 @@ from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import urlsplit
 
-from edgegw import envcheck
+from edgegw import envcheck, grammar
 from edgegw.guardrails.settings import GuardrailsSettings, GuardrailsSettingsError
 from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models, parse_gpu_aliases
@@ -242,38 +242,17 @@ class _Lookups(Mapping[str, str]):
         return len(self._values)
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
 def parse_duration(name: str, text: str, *, zero: bool = False) -> float:
-    """`30s`, `500ms`, `2m`, or plain seconds (`1.5`); 0 only where `zero` allows it."""
-    m = _DURATION.match(text)
-    if not m:
-        raise SettingsError(f"{name}: expected a duration such as 30s, 500ms or 2m")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value < 0 or (value == 0 and not zero):
-        raise SettingsError(f"{name}: must be greater than zero")
-    return value
+    """edgegw.grammar's duration, refused as a SettingsError."""
+    return grammar.parse_duration(name, text, SettingsError, zero=zero)
 
 
 def _int(name: str, text: str, lo: int, hi: int) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise SettingsError(f"{name}: expected an integer") from None
-    if not lo <= value <= hi:
-        raise SettingsError(f"{name}: must be in [{lo}, {hi}]")
-    return value
+    return grammar.parse_int(name, text, lo, hi, SettingsError)
 
 
 def _bool(name: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise SettingsError(f"{name}: expected true or false")
+    return grammar.parse_bool(name, text, SettingsError)
 
 
 def _url(name: str, text: str) -> str:

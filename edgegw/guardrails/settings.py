@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from edgegw.grammar import parse_bool, parse_duration
+
 FAIL_MODES = ("closed", "open")
 # The reference's GUARDRAILS_EXTERNAL_TIMEOUT default.
 DEFAULT_EXTERNAL_TIMEOUT_S = 5.0
@@ -57,23 +59,8 @@ class GuardrailsSettings:
 
 
 def _bool(name: str, text: str) -> bool:
-    value = text.lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise GuardrailsSettingsError(f"{name}: expected true or false")
-
-
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+    return parse_bool(name, text, GuardrailsSettingsError)
 
 
 def _duration(name: str, text: str) -> float:
-    m = _DURATION.match(text)
-    if not m:
-        raise GuardrailsSettingsError(f"{name}: expected a duration such as 5s or 500ms")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value <= 0:
-        raise GuardrailsSettingsError(f"{name}: must be greater than zero")
-    return value
+    return parse_duration(name, text, GuardrailsSettingsError)

@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from edgegw.grammar import parse_bool, parse_duration
+
 TOOL_PREFIX = "mcp_"
 TOOL_MODES = ("selector", "direct")
 
@@ -133,26 +135,9 @@ def _server_url(text: str) -> str:
     return text
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
 def _duration(name: str, text: str) -> float:
-    """As edgegw.settings.parse_duration (which this module cannot import: settings
-    imports it)."""
-    m = _DURATION.match(text)
-    if not m:
-        raise McpSettingsError(f"{name}: expected a duration such as 30s, 500ms or 2m")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
-    if value <= 0:
-        raise McpSettingsError(f"{name}: must be greater than zero")
-    return value
+    return parse_duration(name, text, McpSettingsError)
 
 
 def _bool(name: str, text: str) -> bool:
-    value = text.lower()
-    if value in ("true", "1", "yes", "on"):
-        return True
-    if value in ("false", "0", "no", "off"):
-        return False
-    raise McpSettingsError(f"{name}: expected true or false")
+    return parse_bool(name, text, McpSettingsError)

@@ -20,12 +20,12 @@ with a message naming the file, the alias and the key; nothing is ignored.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from edgegw.grammar import parse_bool, parse_duration
 from edgegw.providers import PROVIDERS
 
 STRATEGIES = ("round_robin", "weighted", "least_latency")
@@ -41,8 +41,6 @@ MAX_WEIGHT = 1_000_000
 _ALIAS_KEYS = frozenset({"strategy", "deployments", "max_attempts"})
 _DEPLOYMENT_KEYS = frozenset({"provider", "model", "weight"})
 _BREAKER_KEYS = frozenset({"failures", "cooldown"})
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 
 
 class RoutingConfigError(ValueError):
@@ -86,11 +84,9 @@ def routing_from_env(
 ) -> RoutingConfig | None:
     """ROUTING_ENABLED / ROUTING_CONFIG_PATH: the validated config, or None when routing is
     off. `configured`: the provider ids with credentials; `local_models`: profile names."""
-    enabled = env.get("ROUTING_ENABLED", "").strip().lower()
-    if enabled in ("", "false", "0", "no", "off"):
+    enabled = env.get("ROUTING_ENABLED", "").strip()
+    if not enabled or not parse_bool("ROUTING_ENABLED", enabled, RoutingConfigError):
         return None
-    if enabled not in ("true", "1", "yes", "on"):
-        raise RoutingConfigError("ROUTING_ENABLED: expected true or false")
     path = env.get("ROUTING_CONFIG_PATH", "").strip()
     if not path:
         raise RoutingConfigError("ROUTING_CONFIG_PATH: required when ROUTING_ENABLED=true")
@@ -211,13 +207,11 @@ def _breaker(where: str, spec: object) -> BreakerPolicy:
             f"{where}: circuit_breaker.failures: expected an integer in [1, 1000]"
         )
     cooldown = spec.get("cooldown", DEFAULT_BREAKER_COOLDOWN_S)
-    m = _DURATION.match(str(cooldown)) if not isinstance(cooldown, bool) else None
-    seconds = float(m.group(1)) * _UNITS[m.group(2)] if m else 0.0
-    if not 0 < seconds <= 3600:
-        raise RoutingConfigError(
-            f"{where}: circuit_breaker.cooldown: expected a duration such as 30s, "
-            "500ms or 2m (at most 1 hour)"
-        )
+    if isinstance(cooldown, bool):
+        cooldown = "not a duration"
+    seconds = parse_duration(
+        f"{where}: circuit_breaker.cooldown", str(cooldown), RoutingConfigError, most_s=3600
+    )
     return BreakerPolicy(failures, seconds)
 
 
