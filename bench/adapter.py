@@ -96,10 +96,10 @@ def serve_bare(layer: str, port: int, tokens: int) -> None:
         config.keep_alive_timeout = 75
         trio.run(serve, app, config)
     else:
-        from edgegw.http1.limits import Limits
+        from edgegw.http1.limits import ConnectionLimits
         from edgegw.http1.server import open_listener, serve_http1
 
-        trio.run(serve_http1, app, open_listener(f"127.0.0.1:{port}"), Limits())
+        trio.run(serve_http1, app, open_listener(f"127.0.0.1:{port}"), ConnectionLimits())
 
 
 def gateway_env(mock_port: int, layer: str) -> dict[str, str]:

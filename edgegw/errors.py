@@ -19,7 +19,8 @@ import orjson
 
 from edgegw._core import RequestError, UpstreamProtocolError
 
-Headers = tuple[tuple[bytes, bytes], ...]
+# Header fields, lower-cased names: the one type every module passes them as.
+Headers = Sequence[tuple[bytes, bytes]]
 
 # code -> (status, type). Types follow OpenAI's names for client errors; everything the
 # gateway or an upstream got wrong is `server_error`, as SIE writes it.

@@ -29,13 +29,15 @@ from __future__ import annotations
 import logging
 import math
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TypeVar
 
 import h11
 import trio
+
+from edgegw.errors import Headers as Headers  # also plainhttp's name for them
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,6 @@ RECEIVE_BYTES = 64 * 1024
 # Listen backlog of a unix socket (trio.open_tcp_listeners picks the system's maximum for TCP).
 UNIX_BACKLOG = 128
 
-Headers = Iterable[tuple[bytes, bytes]]
 T = TypeVar("T")
 
 _REASONS = {status.value: status.phrase.encode("ascii") for status in HTTPStatus}

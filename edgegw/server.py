@@ -16,7 +16,7 @@ import trio
 from edgegw.app import App
 from edgegw.exchange import DisconnectWatch
 from edgegw.gateway import build_gateway
-from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, Limits
+from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, ConnectionLimits
 from edgegw.http1.server import open_listener, raise_nofile, serve_http1
 from edgegw.http1.tls import server_context
 from edgegw.settings import TLS_VERSIONS, Settings
@@ -55,9 +55,9 @@ def hypercorn_config(settings: Settings, bind: str | None = None) -> Config:
     return config
 
 
-def limits_of(settings: Settings) -> Limits:
+def limits_of(settings: Settings) -> ConnectionLimits:
     """The connection layer's limits, from the settings fields of the same names."""
-    return Limits(**{row.name: getattr(settings, row.name) for row in SETTABLE})
+    return ConnectionLimits(**{row.name: getattr(settings, row.name) for row in SETTABLE})
 
 
 async def serve(

@@ -37,14 +37,14 @@ import select
 import ssl
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import trio
 
 from edgegw._core import ResponseHead, ResponseParser, UpstreamProtocolError
-from edgegw.errors import GatewayError
+from edgegw.errors import GatewayError, Headers
 from edgegw.octets import COLON, CR, HTAB, LF, SP
 
 USER_AGENT = b"edgegw/0.1"
@@ -55,7 +55,6 @@ JOINED_BODY_BYTES = 16 * 1024
 # Open connections (idle or in use) to one host; past it requests queue (module doc).
 MAX_PER_HOST = 1024
 
-Headers = Sequence[tuple[bytes, bytes]]
 # Told of each connection the pool opens for a request, once its TCP connect and TLS
 # handshake are over: when the connect began (time.time_ns) and the error it failed with
 # (None: it is open). Without one a connect costs two `is None` checks more, and a request

@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from edgegw import supervisor
-from edgegw.http1.limits import DEFAULT_LIMITS, LIMIT_TABLE, LISTEN_BACKLOG, SETTABLE, Limits
+from edgegw.http1.limits import (
+    DEFAULT_LIMITS,
+    LIMIT_TABLE,
+    LISTEN_BACKLOG,
+    SETTABLE,
+    ConnectionLimits,
+)
 from edgegw.http1.server import connection_cap, raise_nofile
 from edgegw.server import limits_of
 from edgegw.settings import Settings, SettingsError
@@ -25,7 +31,7 @@ def readme_section() -> str:
 
 
 def test_every_limit_is_in_the_table_with_a_reason_and_a_counterpart() -> None:
-    assert {f.name for f in fields(Limits)} == {row.name for row in SETTABLE}
+    assert {f.name for f in fields(ConnectionLimits)} == {row.name for row in SETTABLE}
     for row in LIMIT_TABLE:
         assert row.reason and row.counterpart and row.answer, row.name
 
@@ -60,7 +66,7 @@ def test_settings_from_the_environment() -> None:
         "EDGEGW_SERVER": "Hypercorn",
     }
     settings = Settings.load(environ=env)
-    assert limits_of(settings) == Limits(2.0, 0.5, 60.0, 5.0, 10.0, 8192, 100)
+    assert limits_of(settings) == ConnectionLimits(2.0, 0.5, 60.0, 5.0, 10.0, 8192, 100)
     assert settings.server == "hypercorn"
 
 
@@ -85,7 +91,7 @@ def test_one_backlog_for_the_supervisor_and_the_workers() -> None:
 
 def test_descriptors() -> None:
     assert raise_nofile() == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    limits = Limits(max_connections=10_000)
+    limits = ConnectionLimits(max_connections=10_000)
     assert connection_cap(limits, 1024) == (1024 - 256) // 2
     assert connection_cap(limits, 1 << 20) == 10_000
     assert connection_cap(limits, resource.RLIM_INFINITY) == 10_000

@@ -23,7 +23,7 @@ import trio.testing
 import trustme
 
 from edgegw.bench.mock import MockConfig, MockUpstream
-from edgegw.http1.limits import DEFAULT_LIMITS, Limits
+from edgegw.http1.limits import DEFAULT_LIMITS, ConnectionLimits
 from edgegw.http1.server import open_listener, serve_http1
 from edgegw.http1.tls import server_context
 from edgegw.server import serve
@@ -689,7 +689,7 @@ async def failing_app(scope, receive, send) -> None:  # type: ignore[no-untyped-
 async def test_layer_errors_are_envelopes(
     clock: trio.testing.MockClock, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
 ) -> None:
-    limits = Limits(header_timeout_s=1, max_head_bytes=2048)
+    limits = ConnectionLimits(header_timeout_s=1, max_head_bytes=2048)
     port = await nursery.start(serve_on, failing_app, limits)
     cases = {
         400: b"GET / HTTP/1.1\r\nHost: gw\r\nX: a\x00\r\n\r\n",
@@ -707,7 +707,7 @@ async def test_layer_errors_are_envelopes(
     assert "ASGI application error" in caplog.text
 
 
-async def serve_on(app, limits: Limits, *, task_status) -> None:  # type: ignore[no-untyped-def]
+async def serve_on(app, limits: ConnectionLimits, *, task_status) -> None:  # type: ignore[no-untyped-def]
     listener = open_listener("127.0.0.1:0")
     port = listener.getsockname()[1]
     async with trio.open_nursery() as nursery:

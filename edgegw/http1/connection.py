@@ -22,7 +22,7 @@ import trio
 
 from edgegw._core import RequestError, screen_request_head
 from edgegw.http1.cycle import App, Cycle
-from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, Limits
+from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, ConnectionLimits
 from edgegw.http1.tls import TlsWire
 from edgegw.http1.wire import Wire
 
@@ -44,11 +44,16 @@ _LEADING_CRLF = re.compile(rb"(?:\r\n)+")
 _BARE_CR_OR_LF = re.compile(rb"(?<!\r)\n|\r(?=[^\n])")
 
 
-class Server:
+class ServerState:
     """What every connection shares: the app, the limits, the drain flag, the idle set."""
 
     def __init__(
-        self, app: App, limits: Limits, local: Any, cap: int, tls: ssl.SSLContext | None = None
+        self,
+        app: App,
+        limits: ConnectionLimits,
+        local: Any,
+        cap: int,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.app = app
         self.limits = limits
@@ -93,7 +98,7 @@ class Server:
 class Connection:
     __slots__ = ("server", "wire", "client", "accepted_at", "idle_scope", "kept_alive")
 
-    def __init__(self, server: Server, sock: socket.socket, client: Any) -> None:
+    def __init__(self, server: ServerState, sock: socket.socket, client: Any) -> None:
         self.server = server
         stall_s = server.limits.write_stall_timeout_s
         tls = server.tls

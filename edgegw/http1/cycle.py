@@ -32,7 +32,7 @@ from urllib.parse import unquote
 import h11
 import trio
 
-from edgegw.http1.limits import Limits
+from edgegw.http1.limits import ConnectionLimits
 from edgegw.http1.wire import Wire, http_date, response_head
 from edgegw.octets import CR, LF, NUL
 
@@ -57,13 +57,13 @@ class Host(Protocol):
     """What a request needs of the server it arrived on."""
 
     app: App
-    limits: Limits
+    limits: ConnectionLimits
     local: Any
     scheme: str
     draining: bool
 
 
-class Response(enum.Enum):
+class ResponseState(enum.Enum):
     PENDING = "pending"  # no http.response.start yet
     HEAD_HELD = "head_held"  # head built, to leave with the first body bytes
     SENDING = "sending"  # head written, body under way
@@ -138,7 +138,7 @@ class Cycle:
         self.body_done = False  # h11 has framed the whole body
         self.delivered = False  # ... and the app has received all of it
         self.body_deadline = trio.current_time() + host.limits.body_timeout_s
-        self.response = Response.PENDING
+        self.response = ResponseState.PENDING
         self.framing = Framing.NONE
         self.remaining = 0  # Content-Length bytes still to send
         # HTTP/1.1 without `Connection: close` (h11's rule: HTTP/1.0 always closes).
@@ -199,13 +199,13 @@ class Cycle:
                 app_failed = True
         await self._end()
         if self.failure is not None:
-            if self.response is Response.PENDING:
+            if self.response is ResponseState.PENDING:
                 await wire.refuse(*self.failure)
             return False
         if wire.gone:
             return False
-        if app_failed or self.response is not Response.COMPLETE:
-            if self.response is Response.PENDING:
+        if app_failed or self.response is not ResponseState.COMPLETE:
+            if self.response is ResponseState.PENDING:
                 await wire.refuse(500, "internal_error", "internal error")
             return False  # a response cut short: closing tells the client so
         wire.linger = True
@@ -303,9 +303,9 @@ class Cycle:
         kind = message["type"]
         if kind == "http.response.body":
             state = self.response
-            if state is Response.COMPLETE:
+            if state is ResponseState.COMPLETE:
                 return
-            if state is Response.PENDING:
+            if state is ResponseState.PENDING:
                 raise RuntimeError("http.response.body before http.response.start")
             out = self.held
             self.held = b""
@@ -323,9 +323,9 @@ class Cycle:
                     body = b""
                 out = out + body if out else body
             if more:
-                self.response = Response.SENDING
+                self.response = ResponseState.SENDING
             else:
-                self.response = Response.COMPLETE
+                self.response = ResponseState.COMPLETE
                 if framing is Framing.CHUNKED:
                     out += b"0\r\n\r\n"
                 elif framing is Framing.LENGTH and self.remaining:
@@ -333,7 +333,7 @@ class Cycle:
             if out:
                 await self._write(out)
         elif kind == "http.response.start":
-            if self.response is not Response.PENDING:
+            if self.response is not ResponseState.PENDING:
                 raise RuntimeError("http.response.start sent twice")
             status = message["status"]
             headers = [*message.get("headers", ())]
@@ -371,9 +371,9 @@ class Cycle:
             head = response_head(status, headers)
             if length is not None:
                 self.held = head
-                self.response = Response.HEAD_HELD
+                self.response = ResponseState.HEAD_HELD
             else:
-                self.response = Response.SENDING
+                self.response = ResponseState.SENDING
                 await self._write(head)
 
     async def _write(self, data: bytes) -> None:

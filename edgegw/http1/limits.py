@@ -2,7 +2,7 @@
 hold, in one table: what it bounds, why, and its nginx / Envoy counterpart. Every row
 applies to both listeners, plain HTTP and HTTPS (edgegw.http1.tls).
 
-`Limits` carries the values one server runs with (built from `Settings`, whose fields
+`ConnectionLimits` carries the values one server runs with (built from `Settings`, whose fields
 have the same names and take their defaults from here); `LIMIT_TABLE` is the documentation
 and the environment variable of each, and drives both the settings parser and the README
 table ("Limits and timeouts"). The rows marked fixed are constants, not settings.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class ConnectionLimits:
     # A new connection must deliver its whole request head this long after it was
     # accepted; on a kept-alive connection, this long after the head's first byte.
     header_timeout_s: float = 10.0
@@ -33,7 +33,7 @@ class Limits:
     max_connections: int = 10_000
 
 
-DEFAULT_LIMITS = Limits()
+DEFAULT_LIMITS = ConnectionLimits()
 
 # -- fixed bounds (not settings) --------------------------------------------------------
 # Pending connections the kernel queues before accept() (capped by net.core.somaxconn);
@@ -63,7 +63,7 @@ MAX_HANDSHAKES = 1024
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    name: str  # the Limits / Settings field, or the constant's name
+    name: str  # the ConnectionLimits / Settings field, or the constant's name
     env: str | None  # its environment variable; None for a fixed bound
     unit: str  # "s" (a duration: 30s, 500ms, 2m) or "bytes" / "count"
     answer: str  # what the client sees when it is reached
@@ -202,7 +202,7 @@ LIMIT_TABLE: tuple[Limit, ...] = (
     ),
 )
 
-# The rows that are fields of Limits (and so of Settings).
+# The rows that are fields of ConnectionLimits (and so of Settings).
 SETTABLE: tuple[Limit, ...] = tuple(
-    row for row in LIMIT_TABLE if row.name in {f.name for f in fields(Limits)}
+    row for row in LIMIT_TABLE if row.name in {f.name for f in fields(ConnectionLimits)}
 )

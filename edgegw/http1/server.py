@@ -26,9 +26,9 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from edgegw.http1.connection import Connection, Server
+from edgegw.http1.connection import Connection, ServerState
 from edgegw.http1.cycle import App
-from edgegw.http1.limits import FD_RESERVE, LISTEN_BACKLOG, Limits
+from edgegw.http1.limits import FD_RESERVE, LISTEN_BACKLOG, ConnectionLimits
 
 log = logging.getLogger("edgegw.http1")
 
@@ -65,7 +65,7 @@ def raise_nofile() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def connection_cap(limits: Limits, nofile: int) -> int:
+def connection_cap(limits: ConnectionLimits, nofile: int) -> int:
     """max_connections, lowered to what the descriptor limit leaves room for."""
     if nofile == resource.RLIM_INFINITY:
         return limits.max_connections
@@ -100,7 +100,7 @@ def bind_url(sock: socket.socket, scheme: str = "http") -> str:
     return f"{scheme}://{host}:{port}"
 
 
-async def accept_loop(server: Server, listener: socket.socket, handlers: trio.Nursery) -> None:
+async def accept_loop(server: ServerState, listener: socket.socket, handlers: trio.Nursery) -> None:
     """Accept connections into `handlers`, one task each, within the connection cap."""
     last_warning = -1e9
     while True:
@@ -139,7 +139,7 @@ async def accept_loop(server: Server, listener: socket.socket, handlers: trio.Nu
 async def serve_http1(
     app: App,
     listener: socket.socket,
-    limits: Limits,
+    limits: ConnectionLimits,
     *,
     shutdown_trigger: Callable[[], Awaitable[object]] | None = None,
     grace_s: float = 30.0,
@@ -153,7 +153,7 @@ async def serve_http1(
         cap = connection_cap(limits, raise_nofile())
         local = listener.getsockname()
         local = local[:2] if isinstance(local, tuple) else local
-        server = Server(app, limits, local, cap, tls)
+        server = ServerState(app, limits, local, cap, tls)
         async with trio.open_nursery() as handlers:
             async with trio.open_nursery() as front:
                 front.start_soon(accept_loop, server, listener, handlers)

@@ -88,12 +88,12 @@ def refusal(rt: LocalRuntime, reason: str) -> GatewayError:
 def served_remotely(upstream: str, reason: str | None, dropped: tuple[str, ...] = ()) -> Headers:
     """The headers of an answer served remotely for a local model: who, which upstream,
     why (None: the remote profile was named), and the fields the remote body left out."""
-    headers: Headers = ((b"x-sie-served-by", b"remote"), (b"x-sie-upstream", upstream.encode()))
+    headers = [(b"x-sie-served-by", b"remote"), (b"x-sie-upstream", upstream.encode())]
     if reason is not None:
-        headers += ((b"x-sie-fallback-reason", reason.encode()),)
+        headers.append((b"x-sie-fallback-reason", reason.encode()))
     if dropped:
-        headers += ((DROPPED_HEADER, ",".join(dropped).encode()),)
-    return headers
+        headers.append((DROPPED_HEADER, ",".join(dropped).encode()))
+    return tuple(headers)
 
 
 def fallback_error(status: int, code: str | None) -> str:
