@@ -1,5 +1,12 @@
 """Running an exchange with a remote provider: a whole answer (`forward`), an SSE stream
-(`relay_sse`) or raw bytes (`relay_raw`, for /proxy), each inside `Exchanges.open()`.
+(`relay_sse`) or raw bytes (`relay_raw`, for /proxy; `relay_judged` for a /proxy request
+the guardrails judge), each inside `Exchanges.open()`. A whole 2xx answer may be looked at
+before the client gets it (`Inspect`), a stream's events before each relay (`StreamCheck`):
+the guardrails' post_call.
+
+Longer than the guide because every exchange with a remote provider keeps its order (open,
+send, screen, allow, relay, settle) here, written once; /proxy's two relays would be the
+first to move to a module of their own.
 
 Remote streams are relayed as the upstream's bytes, unchanged, and only *tapped* through
 the Rust `SseSplitter` (`feed_tapped`: the count, `[DONE]`, and the data of the events with
@@ -18,7 +25,7 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import trio
 
@@ -42,6 +49,16 @@ MAX_ERROR_BODY = 1 << 20
 # A look at a whole 2xx answer before the client gets it: (the body to send, headers to
 # add); raising answers the error instead.
 Inspect = Callable[[bytes], Awaitable[tuple[bytes, Headers]]]
+
+
+class StreamCheck(Protocol):
+    """A look at a stream's whole events before they are relayed (the guardrails'
+    post_call, edgegw.guardrails.route.StreamGuard): None relays them; an error ends the
+    stream with its error event instead, and nothing more is relayed."""
+
+    async def events(self, data: bytes) -> GatewayError | None: ...
+
+    async def end(self) -> GatewayError | None: ...
 
 
 @dataclass(slots=True)
@@ -193,10 +210,11 @@ class Exchanges:
         *,
         raw_errors: bool = False,
         response_headers: Headers = (),
+        check: StreamCheck | None = None,
     ) -> Outcome:
-        """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage.
-        An upstream error before the stream is answered in the envelope (as the upstream
-        sent it, with `raw_errors`)."""
+        """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage
+        (and judging them with `check`). An upstream error before the stream is answered in
+        the envelope (as the upstream sent it, with `raw_errors`)."""
         outcome = Outcome()
         writer = SseWriter(call.send, outcome, response_headers, call.errors)
         with self.open(call, self.first_byte_timeout_s) as ex:
@@ -217,7 +235,9 @@ class Exchanges:
                 await writer.start()
                 completion = None if call.trace is None else call.trace.completion
                 try:
-                    await self._pump(resp, writer, outcome, up.secret, up.hidden_usage, completion)
+                    await self._pump(
+                        resp, writer, outcome, up.secret, up.hidden_usage, completion, check
+                    )
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")
@@ -235,8 +255,10 @@ class Exchanges:
         secret: bytes | None,
         hidden_usage: bool = False,
         completion: Completion | None = None,
+        check: StreamCheck | None = None,
     ) -> None:
-        """`completion`: fed each event's data, with TELEMETRY_TRACING_CONTENT."""
+        """`completion`: fed each event's data, with TELEMETRY_TRACING_CONTENT; `check`:
+        sees the whole events of each piece before they are relayed, and the end."""
         splitter = SseSplitter()
         tap = TAPS[writer.shape.name]
         idle = self.idle_timeout_s
@@ -287,6 +309,12 @@ class Exchanges:
                 if withheld:
                     # Once a stream: its whole events split again, to be written without it.
                     data = without_usage(SseSplitter().feed(data))
+                if check is not None and data:
+                    stop = await check.events(scrub(data, secret))
+                    if stop is not None:
+                        outcome.events -= n  # withheld: the error event counts what went out
+                        await writer.fail(stop.code, stop.message)
+                        return
                 if completion is not None and data:
                     # TELEMETRY_TRACING_CONTENT: the events as the client gets them.
                     for event in SseSplitter().feed(scrub(data, secret)):
@@ -306,54 +334,138 @@ class Exchanges:
         if splitter.finish() and not outcome.done:
             await writer.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
             return
+        if check is not None and (stop := await check.end()):
+            await writer.fail(stop.code, stop.message)
+            return
         await writer.close()
 
-    async def relay_raw(self, call: Call, resp: Response, secret: bytes | None = None) -> None:
+    async def relay_raw(
+        self,
+        call: Call,
+        resp: Response,
+        secret: bytes | None = None,
+        response_headers: Headers = (),
+    ) -> None:
         """Status, headers and body as the upstream sends them, piece by piece (/proxy). A
         failure after the head ends the response without its terminator, so the client
         sees the truncation."""
         complete = False
         with self.open(call, float("inf")) as ex:
             try:
-                # The upstream's own request id is kept under another name: X-Request-Id
-                # is the gateway's (edgegw.asgi), the one its logs and spans know.
-                headers = [
-                    (b"x-upstream-request-id" if k == b"x-request-id" else k, v)
-                    for k, v in resp.headers
-                    if k not in HOP_BY_HOP_RESPONSE_HEADERS
-                ]
-                if resp.header(b"transfer-encoding") is not None:
-                    # The upstream framed its body by chunks: a Content-Length beside them
-                    # (RFC 9112 §6.3: to be ignored) must not frame the client's copy.
-                    headers = [(k, v) for k, v in headers if k != b"content-length"]
-                if resp.status >= 400 and secret:
-                    # An error answer is small: read whole, so the key can be scrubbed.
-                    ex.allow(self.idle_timeout_s)
-                    payload = await _error_body(resp, secret, self.budget)
-                    headers = [(k, v) for k, v in headers if k not in _REFRAMED]
-                    headers.append((b"content-length", b"%d" % len(payload)))
-                    await call.respond(resp.status, headers, payload)
-                    return
-                await call.send(
-                    {"type": "http.response.start", "status": resp.status, "headers": headers}
-                )
-                while True:
-                    with trio.fail_after(self.idle_timeout_s):
-                        chunk = await resp.receive_chunk()
-                    if not chunk:
-                        break
-                    await call.send(
-                        {"type": "http.response.body", "body": chunk, "more_body": True}
-                    )
-                complete = True
-            except (GatewayError, trio.TooSlowError) as e:
-                log.warning(
-                    "proxied response cut short: %s", getattr(e, "code", "upstream_timeout")
-                )
+                headers = [*_relayed_headers(resp), *response_headers]
+                complete = await self._relay_body(call, ex, resp, secret, headers)
             finally:
                 await resp.aclose()
         if complete and not ex.client_gone:
             await call.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def relay_judged(
+        self,
+        call: Call,
+        up: UpstreamRequest,
+        *,
+        check: StreamCheck,
+        inspect: Inspect,
+        response_headers: Headers = (),
+    ) -> None:
+        """/proxy to a generation API under the guardrails: the upstream's answer with its
+        status and headers, as `relay_raw` relays it, but a 2xx answer judged before the
+        client gets it: an SSE stream by `check` as it passes (written by an SseWriter in
+        the route's API's shape), any other answer read whole (decoded, at most
+        max_response_bytes) and passed through `inspect`. Error answers go as sent."""
+        outcome = Outcome()
+        writer = SseWriter(call.send, outcome, (), call.errors)
+        headers: list[tuple[bytes, bytes]] = []
+        whole: tuple[int, bytes, int] | None = None
+        raw = complete = False
+        with self.open(call, self.first_byte_timeout_s) as ex:
+            resp = await self.send(call, up)
+            try:
+                headers = [*_relayed_headers(resp), *response_headers]
+                if not 200 <= resp.status < 300:
+                    raw = True
+                    ex.allow(math.inf)
+                    complete = await self._relay_body(call, ex, resp, up.secret, headers)
+                elif not (resp.header(b"content-type") or b"").startswith(b"text/event-stream"):
+                    ex.allow(self.idle_timeout_s)
+                    payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
+                    whole = (resp.status, payload, charge)
+                else:
+                    ex.scope.deadline = float("inf")
+                    own = [(k, v) for k, v in headers if k not in _SSE_WRITER_HEADERS]
+                    writer = SseWriter(call.send, outcome, tuple(own), call.errors)
+                    await writer.start()
+                    try:
+                        await self._pump(resp, writer, outcome, up.secret, check=check)
+                    except Exception:
+                        log.exception("stream relay failed")
+                        await writer.fail("internal_error", "internal error")
+            finally:
+                await resp.aclose()
+        if raw:
+            if complete and not ex.client_gone:
+                await call.send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        if whole is None:
+            await writer.settle(ex)
+            return
+        status, payload, charge = whole
+        try:
+            payload, added = await inspect(payload)
+            headers = [(k, v) for k, v in headers if k not in _REFRAMED]
+            headers += [(b"content-length", b"%d" % len(payload)), *added]
+            await call.respond(status, headers, payload)
+        finally:
+            self.budget.give(charge)
+
+    async def _relay_body(
+        self,
+        call: Call,
+        ex: Exchange,
+        resp: Response,
+        secret: bytes | None,
+        headers: list[tuple[bytes, bytes]],
+    ) -> bool:
+        """The answer's head and body, piece by piece, but its terminator (sent by the
+        caller after the exchange); whether it was complete."""
+        try:
+            if resp.status >= 400 and secret:
+                # An error answer is small: read whole, so the key can be scrubbed.
+                ex.allow(self.idle_timeout_s)
+                payload = await _error_body(resp, secret, self.budget)
+                headers = [(k, v) for k, v in headers if k not in _REFRAMED]
+                headers.append((b"content-length", b"%d" % len(payload)))
+                await call.respond(resp.status, headers, payload)
+                return False
+            await call.send(
+                {"type": "http.response.start", "status": resp.status, "headers": headers}
+            )
+            while True:
+                with trio.fail_after(self.idle_timeout_s):
+                    chunk = await resp.receive_chunk()
+                if not chunk:
+                    break
+                await call.send({"type": "http.response.body", "body": chunk, "more_body": True})
+            return True
+        except (GatewayError, trio.TooSlowError) as e:
+            log.warning("proxied response cut short: %s", getattr(e, "code", "upstream_timeout"))
+            return False
+
+
+def _relayed_headers(resp: Response) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers as /proxy relays them."""
+    # The upstream's own request id is kept under another name: X-Request-Id is the
+    # gateway's (edgegw.asgi), the one its logs and spans know.
+    headers = [
+        (b"x-upstream-request-id" if k == b"x-request-id" else k, v)
+        for k, v in resp.headers
+        if k not in HOP_BY_HOP_RESPONSE_HEADERS
+    ]
+    if resp.header(b"transfer-encoding") is not None:
+        # The upstream framed its body by chunks: a Content-Length beside them (RFC 9112
+        # §6.3: to be ignored) must not frame the client's copy.
+        headers = [(k, v) for k, v in headers if k != b"content-length"]
+    return headers
 
 
 async def send_traced(
@@ -389,6 +501,8 @@ async def send_traced(
 
 # Headers of the upstream's framing and coding, replaced when edgegw re-frames a body.
 _REFRAMED = frozenset({b"content-length", b"content-encoding"})
+# ...and those an SseWriter writes itself (its body is decoded, whole events).
+_SSE_WRITER_HEADERS = _REFRAMED | {b"content-type", b"cache-control", b"x-accel-buffering"}
 HOP_BY_HOP_RESPONSE_HEADERS = frozenset(
     {
         b"connection",

@@ -1,10 +1,12 @@
 """What a relay reads from the events it passes on: usage and tool-call names (`tap`), and,
 for a client that did not ask for usage the gateway asked for, the events written again
-without it (`without_usage`)."""
+without it (`without_usage`); and the text each API's events carry (`text_*`), which the
+guardrails judge as a stream passes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -143,3 +145,121 @@ def tap_responses(data: bytes, outcome: Outcome, part: str) -> None:
 Tap = Callable[[bytes, Outcome, str], None]
 # The tap of each API's answers, by its ErrorShape's name (the route's API).
 TAPS: dict[str, Tap] = {"openai": tap, "anthropic": tap_anthropic, "responses": tap_responses}
+
+
+# --- the text of a stream, for the guardrails (edgegw.guardrails.stream) -----------------
+
+# (channel, text): a channel keeps one choice's, block's or item's text apart from the
+# others streamed beside it, so that the text a policy reads is each one's, in order.
+TextPiece = tuple[object, str]
+
+
+def _doc(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def text_openai(data: bytes) -> list[TextPiece]:
+    """A chat or completions chunk: each choice's content (completions: `text`), refusal,
+    reasoning and tool-call arguments."""
+    doc = _doc(data)
+    out: list[TextPiece] = []
+    for choice in (doc or {}).get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        i = choice.get("index")
+        if isinstance(choice.get("text"), str):
+            out.append(((i, "text"), choice["text"]))
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            continue
+        for member in ("content", "refusal", "reasoning_content", "reasoning"):
+            if isinstance(delta.get(member), str):
+                out.append(((i, member), delta[member]))
+        for call in delta.get("tool_calls") or ():
+            if not isinstance(call, dict):
+                continue
+            function = call.get("function")
+            args = function.get("arguments") if isinstance(function, dict) else None
+            if isinstance(args, str):
+                out.append(((i, "tool", call.get("index")), args))
+    return [p for p in out if p[1]]
+
+
+# The members of Anthropic's content_block_delta deltas that carry the model's text.
+_ANTHROPIC_DELTA_TEXT = {
+    "text_delta": "text",
+    "input_json_delta": "partial_json",
+    "thinking_delta": "thinking",
+}
+
+
+def text_anthropic(data: bytes) -> list[TextPiece]:
+    """A Messages event: a content_block_delta's text, tool input or thinking (a block's
+    opening text, when it has one)."""
+    doc = _doc(data)
+    if doc is None:
+        return []
+    i = doc.get("index")
+    if doc.get("type") == "content_block_start":
+        block = doc.get("content_block")
+        text = block.get("text") if isinstance(block, dict) else None
+        return [(i, text)] if isinstance(text, str) and text else []
+    if doc.get("type") != "content_block_delta":
+        return []
+    delta = doc.get("delta")
+    if not isinstance(delta, dict):
+        return []
+    member = _ANTHROPIC_DELTA_TEXT.get(str(delta.get("type")))
+    text = delta.get(member) if member is not None else None
+    return [(i, text)] if isinstance(text, str) and text else []
+
+
+def text_responses(data: bytes) -> list[TextPiece]:
+    """A Responses event: the `delta` of every `response.*.delta` event with text (output
+    text, refusals, reasoning, call arguments; not audio), by item and part."""
+    doc = _doc(data)
+    if doc is None:
+        return []
+    kind = doc.get("type")
+    delta = doc.get("delta")
+    if not isinstance(kind, str) or not kind.endswith(".delta") or kind == "response.audio.delta":
+        return []
+    if not isinstance(delta, str) or not delta:
+        return []
+    part = doc.get("content_index", doc.get("summary_index"))
+    return [((doc.get("item_id", doc.get("output_index")), part), delta)]
+
+
+def text_cohere(data: bytes) -> list[TextPiece]:
+    """A Cohere v2 chat event: content-delta's text, tool-plan-delta's plan,
+    tool-call-delta's arguments."""
+    doc = _doc(data)
+    delta = (doc or {}).get("delta")
+    message = delta.get("message") if isinstance(delta, dict) else None
+    if doc is None or not isinstance(message, dict):
+        return []
+    i = doc.get("index")
+    content, calls = message.get("content"), message.get("tool_calls")
+    function = calls.get("function") if isinstance(calls, dict) else None
+    for channel, text in (
+        ((i, "text"), content.get("text") if isinstance(content, dict) else None),
+        ("plan", message.get("tool_plan")),
+        ((i, "tool"), function.get("arguments") if isinstance(function, dict) else None),
+    ):
+        if isinstance(text, str) and text:
+            return [(channel, text)]
+    return []
+
+
+def text_workers_ai(data: bytes) -> list[TextPiece]:
+    """A Workers AI (Cloudflare) `run` event: its `response`."""
+    doc = _doc(data)
+    text = (doc or {}).get("response")
+    return [(0, text)] if isinstance(text, str) and text else []
+
+
+TextTap = Callable[[bytes], list[TextPiece]]

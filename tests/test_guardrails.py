@@ -23,7 +23,7 @@ from edgegw.settings import EXIT_CONFIG, Settings, SettingsError
 from .conftest import Gateway, sample, scrape, start_gateway
 from .mcp_server import ToolServer
 from .oidc_issuer import Issuer
-from .rawhttp import RawResponse, request
+from .rawhttp import RawResponse, request, sse_events
 from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
 from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's garbage)
     _collect_sdk_garbage,
@@ -204,14 +204,15 @@ async def test_post_call_judges_the_answer(nursery: trio.Nursery, tmp_path: Path
     assert doc["usage"]["total_tokens"] == 15  # the rest of the answer as it was
     plain = await request(gw.port, "POST", "/v1/chat/completions", chat("c"))
     assert orjson.loads(plain.body)["choices"][0]["message"]["content"] == "nothing to see"
-    # A stream is relayed as it comes: post_call judges whole answers only.
+    # A stream is judged as it passes (tests/test_guardrails_routes.py): cut by the block.
     stream = await request(gw.port, "POST", "/v1/chat/completions", chat("a", stream=True))
     assert stream.status == 200
-    assert b"forbidden" in stream.body
+    last = sse_events(stream.body)[-1]
+    assert isinstance(last, dict) and last["error"]["code"] == "guardrails_blocked"
     metrics = await scrape(gw.metrics_port)
     post = {"guardrail_phase": "post_call"}
     assert (
-        sample(metrics, "inference_gateway_guardrails_total", **post, guardrail_action="block") == 1
+        sample(metrics, "inference_gateway_guardrails_total", **post, guardrail_action="block") == 2
     )
     assert (
         sample(metrics, "inference_gateway_guardrails_total", **post, guardrail_action="redact")

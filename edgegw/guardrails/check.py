@@ -1,23 +1,27 @@
 """`Guardrails`: one decision per phase of a request, and what the gateway does with it.
 
-The input document is the reference's (inference-gateway §10), plus `detected`:
+The input document is the reference's (inference-gateway §10), plus `api` and `detected`:
 
     {"method": "POST", "path": "/v1/chat/completions", "phase": "pre_call",
+     "api": "chat.completions",
      "request": {"body": "<the body, as text>", "model": "<as the client sent it>"},
      "identity": {<the verified OIDC claims>} | null,
      "detected": ["api_key", "bearer_token", "credit_card", "email"]}
 
 `detected` names the built-in detectors that find something in `request.body` (edgegw's
 addition: a policy can redact only what is there, or warn on an e-mail address, which is
-detected but never redacted). For the MCP phases, `method` is "TOOL_CALL", `path` the
-tool's name and `request.body` its arguments (`tool_args`) or its result (`tool_output`).
+detected but never redacted); `api` (edgegw's too) the API the request speaks, whatever
+its URL (edgegw.guardrails.apis; `path` is the URL's, /proxy/... included). For the MCP
+phases, `method` is "TOOL_CALL", `path` the tool's name, `api` null and `request.body` its
+arguments (`tool_args`) or its result (`tool_output`). Which routes pass which phases, and
+how a stream is judged as it passes: edgegw.guardrails.route.
 
 The decision is the policy's (`data.guardrails.main`, evaluated in the Rust core without
 the GIL); with GUARDRAILS_EXTERNAL_URL set and the policy not blocking, the external
 checker is asked too and the stricter of the two answers wins (block > redact > warn >
 allow; the reference lets the checker only block). What happens:
   - allow: nothing;
-  - block: 403 `guardrails_blocked` in the envelope, the policy's message as the message
+  - block: 403 `guardrails_blocked` in the route's error shape, the policy's message
     (a tool call: an error result the model reads, as the reference);
   - redact: the built-in detectors' secrets in every string of the body become
     `[REDACTED]` (JSON stays JSON: string values are rewritten, never the raw text);
@@ -32,14 +36,14 @@ Every decision counts once in `inference_gateway_guardrails_total`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from edgegw._core import GuardPolicy, PolicyError, detect_sensitive, redact_json, redact_text
-from edgegw.errors import Headers, fail
+from edgegw.errors import GatewayError, Headers, fail
 from edgegw.guardrails.external import ExternalChecker, ExternalCheckError
 from edgegw.guardrails.settings import GuardrailsSettings
 from edgegw.telemetry.recording import Telemetry
@@ -87,6 +91,7 @@ class Guardrails:
         body: str,
         model: str,
         identity: Mapping[str, Any] | None,
+        api: str | None = None,
     ) -> Verdict:
         if self.policy.empty and self.external is None:
             verdict = Verdict("allow", "")  # nothing to ask
@@ -97,6 +102,7 @@ class Guardrails:
                 "method": method,
                 "path": path,
                 "phase": phase,
+                "api": api,
                 "request": {"body": body, "model": model},
                 "identity": identity,
                 "detected": detect_sensitive(body),
@@ -148,20 +154,26 @@ class Guardrails:
         body: bytes,
         model: str,
         identity: Mapping[str, Any] | None,
+        api: str | None = None,
+        shown: str | None = None,
+        redact: Callable[[bytes], bytes] | None = None,
     ) -> tuple[bytes, Headers]:
         """Before the upstream: the body to forward (redacted or as it came) and the
-        response headers the decision adds; a block is raised (403)."""
+        response headers the decision adds; a block is raised (403). The policy reads
+        `shown` (default: the body as text); `redact` removes the detectors' secrets
+        (default: from every string of a JSON body, or from the text of another)."""
         verdict = await self.decide(
             "pre_call",
             method=method,
             path=path,
-            body=body.decode("utf-8", "replace"),
+            body=body.decode("utf-8", "replace") if shown is None else shown,
             model=model,
             identity=identity,
+            api=api,
         )
-        _raise_if_blocked(verdict, "request")
+        raise_if_blocked(verdict, "request")
         if verdict.action == "redact":
-            body = _redacted_json(body)
+            body = (redact or redacted_json)(body)
         return body, verdict.headers()
 
     async def post_call(
@@ -172,6 +184,7 @@ class Guardrails:
         payload: bytes,
         model: str,
         identity: Mapping[str, Any] | None,
+        api: str | None = None,
     ) -> tuple[bytes, Headers]:
         """A whole (non-streaming) answer before it reaches the client: as `pre_call`."""
         verdict = await self.decide(
@@ -181,10 +194,11 @@ class Guardrails:
             body=payload.decode("utf-8", "replace"),
             model=model,
             identity=identity,
+            api=api,
         )
-        _raise_if_blocked(verdict, "response")
+        raise_if_blocked(verdict, "response")
         if verdict.action == "redact":
-            payload = _redacted_json(payload)
+            payload = redacted_json(payload)
         return payload, verdict.headers()
 
     async def tool(
@@ -200,26 +214,33 @@ class Guardrails:
         if verdict.action == "redact":
             # Arguments are a JSON object: its strings are redacted, so it stays one.
             if phase == "tool_args":
-                return _redacted_json(text.encode()).decode(), verdict.message
+                return redacted_json(text.encode()).decode(), verdict.message
             return redact_text(text), verdict.message
         return text, verdict.message
 
 
-def _raise_if_blocked(verdict: Verdict, what: str) -> None:
+def blocked(verdict: Verdict, what: str) -> GatewayError | None:
+    """The 403 a blocking verdict answers (`what`: "request" or "response"), else None."""
     if verdict.action != "block":
-        return
+        return None
     if verdict.failed:
-        raise fail(
+        return fail(
             "guardrails_unavailable",
             f"The {what} was blocked: the guardrails could not evaluate it.",
         )
-    raise fail("guardrails_blocked", verdict.message or f"The {what} was blocked by guardrails.")
+    return fail("guardrails_blocked", verdict.message or f"The {what} was blocked by guardrails.")
 
 
-def _redacted_json(body: bytes) -> bytes:
+def raise_if_blocked(verdict: Verdict, what: str) -> None:
+    error = blocked(verdict, what)
+    if error is not None:
+        raise error
+
+
+def redacted_json(body: bytes) -> bytes:
     try:
         return redact_json(body)
-    except PolicyError:  # not JSON (an upstream's odd answer): redact it as text
+    except PolicyError:  # not JSON (an upstream's odd answer, a text body): as text
         return redact_text(body.decode("utf-8", "replace")).encode()
 
 

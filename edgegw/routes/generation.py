@@ -16,10 +16,10 @@
      reasoning members kept only for a provider that takes them back, usage asked for
      on a stream whose client did not ask, withheld from it again by the relay), forwarded
      or relayed with the provider's credentials (never the client's).
-With GUARDRAILS_ENABLED (edgegw.guardrails.check), `pre_call` runs after step 1 for every
+With GUARDRAILS_ENABLED (edgegw.guardrails.route), `pre_call` runs after step 1 for every
 target (block: 403; redact: the redacted body is parsed again and is what goes on), and a
-remote non-streaming answer passes `post_call` before the client sees it; MCP tool calls
-pass `tool_args` and `tool_output`.
+remote answer passes `post_call`, a whole one before the client sees it, a stream as it
+is relayed; MCP tool calls pass `tool_args` and `tool_output`.
 The route records telemetry once, in one `finally`, with the status of what happened.
 """
 
@@ -34,6 +34,8 @@ from edgegw.asgi import Call
 from edgegw.errors import GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
+from edgegw.guardrails.apis import CHAT, COMPLETIONS
+from edgegw.guardrails.route import RequestGuard, guard_request
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import (
@@ -47,10 +49,9 @@ from edgegw.local.contract import (
 from edgegw.local.fleet import LocalRuntime
 from edgegw.mcp import agent as mcp_agent
 from edgegw.mcp.models import LocalModel, RemoteModel
-from edgegw.mcp.state import ToolCheck
 from edgegw.mcp.tools import Offered
 from edgegw.providers import provider_body
-from edgegw.relay import Inspect, RetryScope, UpstreamRequest
+from edgegw.relay import RetryScope, UpstreamRequest
 from edgegw.resolve import Local, Remote
 from edgegw.routes.record import Recording
 from edgegw.routing.config import LOCAL, Deployment
@@ -76,16 +77,10 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     operation = "chat" if req.endpoint == "chat" else "text_completion"
     with Recording(gw, call, req.model, operation, req.stream) as rec:
         guard_headers: Headers = ()
-        if gw.guardrails is not None:
+        if (guard := _guard(gw, call, req)) is not None:
             # pre_call, for every target: a block is raised (403); redacted, the body is
             # parsed again (its model is the same), so what is forwarded is the new one.
-            forwarded, guard_headers = await gw.guardrails.pre_call(
-                method=call.method,
-                path=call.path,
-                body=body,
-                model=req.model,
-                identity=call.identity,
-            )
+            forwarded, guard_headers = await guard.pre_call(body)
             if forwarded is not body:
                 req = parse(forwarded)
         # SIE: the header is checked for every target; `forbid` refuses a remote one.
@@ -279,7 +274,7 @@ async def _remote(
         hidden_usage=ask_usage,
         retry=retry if screen is None else "none",
     )
-    inspect, tool_check = _guards(gw, call, req.model)
+    guard = _guard(gw, call, req)
     if offered is not None:
         assert gw.mcp is not None
         if screen is not None:
@@ -295,16 +290,24 @@ async def _remote(
             up.body,
             req.stream,
             response_headers,
-            inspect=inspect,
-            tool_check=tool_check,
+            inspect=None if guard is None else guard.post_call,
+            tool_check=None if guard is None else guard.tool,
         )
         assert isinstance(served, Outcome)  # only a local model goes unserved
         outcome = served
     elif req.stream:
-        outcome = await gw.exchanges.relay_sse(call, up, response_headers=response_headers)
+        outcome = await gw.exchanges.relay_sse(
+            call,
+            up,
+            response_headers=response_headers,
+            check=None if guard is None else guard.stream(),
+        )
     else:
         outcome = await gw.exchanges.forward(
-            call, up, response_headers=response_headers, inspect=inspect
+            call,
+            up,
+            response_headers=response_headers,
+            inspect=None if guard is None else guard.post_call,
         )
     if outcome.error is not None:
         outcome.status = 502
@@ -364,7 +367,7 @@ async def _local_mcp(
     assert gw.mcp is not None
     model = LocalModel(gw.exchanges, gw.fleet, rt, _local_check(gw, call, rt, forbid))
     first = req.upstream_body(req.model, tools=offered.json, keep=LOCAL_MESSAGE_MEMBERS)
-    _, tool_check = _guards(gw, call, req.model)
+    guard = _guard(gw, call, req)
     return await mcp_agent.run(
         gw.exchanges,
         gw.mcp,
@@ -374,25 +377,15 @@ async def _local_mcp(
         first,
         req.stream,
         response_headers,
-        tool_check=tool_check,
+        tool_check=None if guard is None else guard.tool,
     )
 
 
-def _guards(gw: Gateway, call: Call, model: str) -> tuple[Inspect | None, ToolCheck | None]:
-    """The guardrails' post_call (a whole answer) and MCP tool phases for this request."""
-    guard = gw.guardrails
-    if guard is None:
-        return None, None
-
-    async def post_call(payload: bytes) -> tuple[bytes, Headers]:
-        return await guard.post_call(
-            method=call.method, path=call.path, payload=payload, model=model, identity=call.identity
-        )
-
-    async def tool_check(phase: str, tool: str, text: str) -> tuple[str | None, str]:
-        return await guard.tool(phase, tool, text, call.identity)
-
-    return post_call, tool_check
+def _guard(gw: Gateway, call: Call, req: ParsedRequest) -> RequestGuard | None:
+    """The guardrails of a chat or completions request (None when they are off)."""
+    return guard_request(
+        gw.guardrails, call, CHAT if req.endpoint == "chat" else COMPLETIONS, req.model
+    )
 
 
 def _refuse_unsupported(fields: tuple[str, ...], features: tuple[str, ...]) -> None:

@@ -2,11 +2,14 @@
 and the Images API (openai, with ENABLE_IMAGES=true).
 
 Bodies go upstream as the client sent them; JSON bodies only have their `model` prefix
-removed (the Rust core rewrites that one value and keeps every other byte). The caller's
+removed (the Rust core rewrites that one value and keeps every other byte). With
+GUARDRAILS_ENABLED every one of them passes `pre_call` once read and checked (a multipart
+form as its text fields), a whole 2xx answer `post_call`, a stream `post_call` as it is
+relayed (edgegw.guardrails.route); a block is answered in the API's own shape. The caller's
 credentials never go upstream: the provider's are added. A provider's own error answer
 on these endpoints is relayed as it came (status, content type, body), because clients
-of these APIs parse the provider's shapes; errors raised by edgegw itself use the
-gateway's envelope, like everywhere else.
+of these APIs parse the provider's shapes; errors raised by edgegw itself are written in
+the API's shape (edgegw.errors.ErrorShape: Anthropic's for Messages).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from dataclasses import dataclass
 
 from edgegw._core import PassthroughRequest, parse_passthrough
 from edgegw.asgi import Call
-from edgegw.errors import fail
+from edgegw.errors import Headers, fail
 from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
+from edgegw.guardrails import apis
+from edgegw.guardrails.apis import GuardedApi
+from edgegw.guardrails.route import FormField, RequestGuard, guard_request
 from edgegw.providers import Target
 from edgegw.relay import UpstreamRequest
 from edgegw.resolve import (
@@ -76,9 +82,31 @@ async def _read_json(
     return req, body
 
 
+async def _judged(
+    gw: Gateway, call: Call, api: GuardedApi, req: PassthroughRequest, body: bytes
+) -> tuple[PassthroughRequest, bytes, RequestGuard | None, Headers]:
+    """A JSON body read and checked, through the guardrails' pre_call: the request and body
+    to forward (redacted: parsed again), its guard and the headers the decision adds."""
+    guard = guard_request(gw.guardrails, call, api, req.model)
+    if guard is None:
+        return req, body, None, ()
+    forwarded, headers = await guard.pre_call(body)
+    if forwarded is not body:
+        req = parse_passthrough(forwarded)
+    return req, forwarded, guard, headers
+
+
 async def _native_json(
-    gw: Gateway, call: Call, api: NativeApi, remote: Remote, req: PassthroughRequest, body: bytes
+    gw: Gateway,
+    call: Call,
+    api: NativeApi,
+    remote: Remote,
+    req: PassthroughRequest,
+    body: bytes,
+    guard: RequestGuard | None,
+    headers: Headers,
 ) -> Outcome:
+    """`guard` judges the answer (a stream as it passes); `headers`: added to the answer."""
     target = remote.target
     up = UpstreamRequest(
         origin=target.origin,
@@ -90,64 +118,83 @@ async def _native_json(
         retry="refused" if api.path.startswith("/images") else "all",
     )
     if req.stream:
-        return await gw.exchanges.relay_sse(call, up, raw_errors=True)
-    return await gw.exchanges.forward(call, up, raw_errors=True)
+        check = None if guard is None else guard.stream()
+        return await gw.exchanges.relay_sse(
+            call, up, raw_errors=True, response_headers=headers, check=check
+        )
+    inspect = None if guard is None else guard.post_call
+    return await gw.exchanges.forward(
+        call, up, raw_errors=True, response_headers=headers, inspect=inspect
+    )
 
 
-async def _observed(gw: Gateway, call: Call, api: NativeApi) -> None:
+async def _observed(gw: Gateway, call: Call, api: NativeApi, guarded: GuardedApi) -> None:
     """A generation API's request, recorded as chat's are (edgegw.routes.record): provider,
     model, status, the usage and finish tapped from the API's own answer, TTFT, spans."""
     req, body = await _read_json(gw, call, model_required=True)
     assert req.model is not None
     call.note.model = req.model
     with Recording(gw, call, req.model, "chat", req.stream) as rec:
+        req, body, guard, headers = await _judged(gw, call, guarded, req, body)
         remote = gw.resolver.native(req.model, call.provider_param(), api)
         rec.provider = remote.target.provider.id
-        rec.outcome = await _native_json(gw, call, api, remote, req, body)
+        rec.outcome = await _native_json(gw, call, api, remote, req, body, guard, headers)
 
 
 async def responses(gw: Gateway, call: Call) -> None:
-    await _observed(gw, call, RESPONSES)
+    await _observed(gw, call, RESPONSES, apis.RESPONSES)
 
 
 async def messages(gw: Gateway, call: Call) -> None:
-    await _observed(gw, call, MESSAGES)
+    await _observed(gw, call, MESSAGES, apis.MESSAGES)
 
 
 async def images_generations(gw: Gateway, call: Call) -> None:
     if not gw.settings.enable_images:
         raise fail("images_disabled", IMAGES_DISABLED)
     req, body = await _read_json(gw, call, model_required=False)
+    req, body, guard, headers = await _judged(gw, call, apis.IMAGES_GENERATIONS, req, body)
     remote = gw.resolver.native(req.model, call.provider_param(), IMAGES_GENERATIONS)
-    await _native_json(gw, call, IMAGES_GENERATIONS, remote, req, body)
+    await _native_json(gw, call, IMAGES_GENERATIONS, remote, req, body, guard, headers)
 
 
 async def images_edits(gw: Gateway, call: Call) -> None:
-    await _images_multipart(gw, call, IMAGES_EDITS, needs_prompt=True)
+    await _images_multipart(gw, call, IMAGES_EDITS, apis.IMAGES_EDITS, needs_prompt=True)
 
 
 async def images_variations(gw: Gateway, call: Call) -> None:
-    await _images_multipart(gw, call, IMAGES_VARIATIONS, needs_prompt=False)
+    await _images_multipart(gw, call, IMAGES_VARIATIONS, apis.IMAGES_VARIATIONS, needs_prompt=False)
 
 
-async def _images_multipart(gw: Gateway, call: Call, api: NativeApi, *, needs_prompt: bool) -> None:
+async def _images_multipart(
+    gw: Gateway, call: Call, api: NativeApi, guarded: GuardedApi, *, needs_prompt: bool
+) -> None:
     """Multipart image edits/variations. The body is read under the body cap (never more
     than that in memory), checked as the reference checks it (an `image` or `image[]` file;
-    edits a non-empty `prompt`), the `model` form field's provider prefix is removed in
-    place, and every other byte (files included) goes upstream as sent."""
+    edits a non-empty `prompt`), passed through the guardrails as its text fields, the
+    `model` form field's provider prefix is removed in place, and every other byte (files
+    included) goes upstream as sent."""
     if not gw.settings.enable_images:
         raise fail("images_disabled", IMAGES_DISABLED)
     ctype = call.header(b"content-type") or b""
-    m = re.match(rb"multipart/form-data\s*;.*boundary=\"?([^\";]+)\"?", ctype, re.IGNORECASE)
-    if m is None:
+    boundary = multipart_boundary(ctype)
+    if boundary is None:
         raise fail("unsupported_media_type", "expected multipart/form-data with a boundary")
     body = await call.read_body(gw.settings.max_body_bytes)
-    parts = _multipart_parts(body, m.group(1))
+    parts = multipart_parts(body, boundary)
     if not any(p.name in (b"image", b"image[]") and p.is_file for p in parts):
         raise fail("invalid_request", "an 'image' file is required", param="image")
     if needs_prompt and not any(p.name == b"prompt" and p.end > p.start for p in parts):
         raise fail("invalid_request", "a non-empty 'prompt' is required", param="prompt")
     model, span = _text_field(body, parts, b"model")
+    guard = guard_request(gw.guardrails, call, guarded, model)
+    headers: Headers = ()
+    if guard is not None:
+        forwarded, headers = await guard.pre_call(body, form_fields(parts))
+        if forwarded is not body:  # redacted: the fields' spans moved
+            body = forwarded
+            parts = multipart_parts(body, boundary)
+            span = _text_field(body, parts, b"model")[1]
     remote = gw.resolver.native(model, call.provider_param(), api)
     bare = remote.model
     if span is not None and bare is not None and bare != model:
@@ -166,11 +213,32 @@ async def _images_multipart(gw: Gateway, call: Call, api: NativeApi, *, needs_pr
         secret=target.secret,
         retry="refused",
     )
-    await gw.exchanges.forward(call, up, raw_errors=True)
+    inspect = None if guard is None else guard.post_call
+    await gw.exchanges.forward(call, up, raw_errors=True, response_headers=headers, inspect=inspect)
+
+
+_BOUNDARY = re.compile(rb"multipart/form-data\s*;.*boundary=\"?([^\";]+)\"?", re.IGNORECASE)
+# The Images API's file fields: every other part of a form is text the guardrails read.
+IMAGE_FILE_FIELDS = frozenset({b"image", b"image[]", b"mask"})
+
+
+def multipart_boundary(content_type: bytes) -> bytes | None:
+    m = _BOUNDARY.match(content_type)
+    return None if m is None else m.group(1)
+
+
+def form_fields(parts: list[Part]) -> list[FormField]:
+    """The parts of an Images form the guardrails read: all but its image files (a text
+    sent as a file is read too)."""
+    return [
+        (p.name.decode("utf-8", "replace"), p.start, p.end)
+        for p in parts
+        if p.name is not None and p.name not in IMAGE_FILE_FIELDS
+    ]
 
 
 @dataclass(frozen=True, slots=True)
-class _Part:
+class Part:
     """One part of a multipart body: its form name, whether it is a file, its value's span."""
 
     name: bytes | None
@@ -183,10 +251,10 @@ _DISPOSITION = re.compile(rb"^content-disposition:([^\r\n]*)", re.IGNORECASE | r
 _PARAM = re.compile(rb';\s*(name|filename)="?([^";\r\n]*)"?', re.IGNORECASE)
 
 
-def _multipart_parts(body: bytes, boundary: bytes) -> list[_Part]:
+def multipart_parts(body: bytes, boundary: bytes) -> list[Part]:
     """The parts of a multipart body, in order (a part cut short ends the list)."""
     delimiter = b"--" + boundary
-    parts: list[_Part] = []
+    parts: list[Part] = []
     pos = body.find(delimiter)
     while pos >= 0:
         head_start = pos + len(delimiter) + 2
@@ -200,13 +268,13 @@ def _multipart_parts(body: bytes, boundary: bytes) -> list[_Part]:
         params = (
             {k.lower(): v for k, v in _PARAM.findall(disposition.group(1))} if disposition else {}
         )
-        parts.append(_Part(params.get(b"name"), b"filename" in params, head_end + 4, nxt))
+        parts.append(Part(params.get(b"name"), b"filename" in params, head_end + 4, nxt))
         pos = nxt + 2
     return parts
 
 
 def _text_field(
-    body: bytes, parts: list[_Part], name: bytes
+    body: bytes, parts: list[Part], name: bytes
 ) -> tuple[str | None, tuple[int, int] | None]:
     """The value of a small text field of a multipart body, and its byte span."""
     for part in parts:

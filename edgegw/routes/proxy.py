@@ -1,7 +1,14 @@
 """GET/POST/PUT/DELETE/PATCH /proxy/{provider}/{path}: raw passthrough under the provider's
 base URL, any body and content type, streamed both ways. The caller's credentials and the
 hop-by-hop headers are removed, the provider's credentials added; a path that could leave
-the provider's base URL is refused."""
+the provider's base URL is refused.
+
+With GUARDRAILS_ENABLED, a POST to a generation API (edgegw.guardrails.apis.proxied_api:
+chat/completions, completions, responses, messages, images/..., Cohere's chat, Workers
+AI's run) is judged as the native routes are (edgegw.guardrails.route): its body is read
+whole (under SERVER_MAX_REQUEST_BODY_SIZE) for `pre_call`, the answer asked for
+uncompressed, a 2xx answer judged (a stream as it passes, anything else whole), errors in
+the API's shape (Anthropic's for messages); the upstream's status and headers relayed."""
 
 from __future__ import annotations
 
@@ -9,10 +16,16 @@ import re
 
 import trio
 
+from edgegw._core import RequestError, parse_passthrough
 from edgegw.asgi import Call
 from edgegw.errors import fail, payload_too_large, upstream_timeout
 from edgegw.gateway import Gateway
+from edgegw.guardrails.apis import GuardedApi, proxied_api
+from edgegw.guardrails.route import guard_request
 from edgegw.octets import COLON
+from edgegw.providers import Target
+from edgegw.relay import UpstreamRequest
+from edgegw.routes.native import form_fields, multipart_boundary, multipart_parts
 
 PROXY_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
 # Never forwarded: the caller's credentials, and hop-by-hop or framing headers that
@@ -87,6 +100,10 @@ async def proxy(gw: Gateway, call: Call) -> None:
     client = [(k, v) for k, v in call.headers if k not in PROXY_DROPPED_REQUEST_HEADERS]
     sent = {k for k, _ in client}
     headers = [*client, *((k, v) for k, v in target.auth if k not in sent)]
+    api = proxied_api(call.method, path[len(base) :].decode("latin-1"))
+    if api is not None and gw.guardrails is not None:
+        await _judged(gw, call, target, api, upstream_target, headers)
+        return
     headers.append((b"x-request-id", call.request_id.encode()))
     span = on_connect = None
     if call.trace is not None:
@@ -132,3 +149,45 @@ async def proxy(gw: Gateway, call: Call) -> None:
         span.set_attribute("http.response.status_code", resp.status)
         span.end()
     await gw.exchanges.relay_raw(call, resp, target.secret)
+
+
+async def _judged(
+    gw: Gateway,
+    call: Call,
+    target: Target,
+    api: GuardedApi,
+    upstream_target: bytes,
+    headers: list[tuple[bytes, bytes]],
+) -> None:
+    """A proxied generation request through the guardrails, as the module says."""
+    call.errors = api.shape
+    body = await call.read_body(gw.settings.max_body_bytes)
+    boundary = multipart_boundary(call.header(b"content-type") or b"")
+    form = None
+    if boundary is not None:
+        form = form_fields(multipart_parts(body, boundary))
+        model = next(
+            (body[a:b].decode("utf-8", "replace") for n, a, b in form if n == "model"), None
+        )
+    else:
+        try:
+            model = parse_passthrough(body).model
+        except RequestError:  # not a JSON object: the provider will say; the policy reads it
+            model = None
+    guard = guard_request(gw.guardrails, call, api, model)
+    assert guard is not None
+    body, added = await guard.pre_call(body, form)
+    # Compressed, the answer could not be read as it passes.
+    headers = [(k, v) for k, v in headers if k != b"accept-encoding"]
+    headers.append((b"accept-encoding", b"identity"))
+    up = UpstreamRequest(
+        origin=target.origin,
+        target=upstream_target,
+        headers=headers,
+        body=body,
+        method=call.method.encode(),
+        secret=target.secret,
+    )
+    await gw.exchanges.relay_judged(
+        call, up, check=guard.stream(), inspect=guard.post_call, response_headers=added
+    )
