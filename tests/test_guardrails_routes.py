@@ -49,6 +49,8 @@ async def guarded(
         "ANTHROPIC_API_KEY": "sk-ant",
         "COHERE_API_URL": f"{base}/cohere",
         "COHERE_API_KEY": "co-key",
+        "CLOUDFLARE_API_URL": f"{base}/cloudflare/ai",
+        "CLOUDFLARE_API_KEY": "cf-key",
         "ENABLE_IMAGES": "true",
         "GUARDRAILS_ENABLED": "true",
         "GUARDRAILS_POLICY_DIR": str(policy_dir(tmp_path, policy)),
@@ -140,6 +142,10 @@ ROUTES = {
     "proxy-cohere-chat": Route(
         "/proxy/cohere/v2/chat",
         lambda t: orjson.dumps({"model": "command-a", "messages": user(t)}),
+    ),
+    "proxy-workers-ai-run": Route(
+        "/proxy/cloudflare/run/@cf/meta/llama-3.1-8b-instruct",
+        lambda t: orjson.dumps({"messages": user(t)}),
     ),
 }
 
@@ -236,6 +242,10 @@ async def test_the_input_documents_path_and_api(
     )
     assert (
         await message("proxy-cohere-chat", "whoami") == "pre_call /proxy/cohere/v2/chat cohere.chat"
+    )
+    assert (
+        await message("proxy-workers-ai-run", "whoami")
+        == "pre_call /proxy/cloudflare/run/@cf/meta/llama-3.1-8b-instruct workers_ai.run"
     )
     # A form is read as its text fields, its image left out.
     for name in ("images-edits", "proxy-openai-images-edits"):
@@ -482,6 +492,10 @@ def cohere_stream(pieces: list[str]) -> list[bytes]:
     ]
 
 
+def workers_ai_stream(pieces: list[str]) -> list[bytes]:
+    return [*(sse(None, {"response": p, "p": "abc"}) for p in pieces), sse(None, "[DONE]")]
+
+
 def streaming(
     events: Callable[[list[str]], list[bytes]], pieces: list[str]
 ) -> Callable[[Seen], Answer]:
@@ -563,9 +577,17 @@ async def test_a_responses_stream_cut_by_a_block_ends_with_its_error_event(
         ("/proxy/openai/responses", responses_stream, b"event: error\n"),
         ("/proxy/anthropic/v1/messages", messages_stream, b"event: error\n"),
         ("/proxy/cohere/v2/chat", cohere_stream, b'data: {"error":'),
+        ("/proxy/cloudflare/run/@cf/meta/llama", workers_ai_stream, b'data: {"error":'),
         ("/v1/completions", completions_stream, b'data: {"error":'),
     ],
-    ids=["proxy-chat", "proxy-responses", "proxy-messages", "proxy-cohere", "completions"],
+    ids=[
+        "proxy-chat",
+        "proxy-responses",
+        "proxy-messages",
+        "proxy-cohere",
+        "proxy-workers-ai",
+        "completions",
+    ],
 )
 async def test_a_stream_cut_by_a_block_in_raw_http(
     nursery: trio.Nursery,
