@@ -36,6 +36,7 @@ __all__ = [
     "detect_sensitive",
     "redact_text",
     "redact_json",
+    "error_codes",
     "encode_otlp_batch",
     "read_traceparent",
     "encode_otlp_trace",
@@ -236,6 +237,10 @@ class HeadInfo:
 # bad_request_line | obs_fold | bad_header_name | bad_header_value | conflicting_framing |
 # bad_content_length | bad_transfer_encoding | missing_host | duplicate_host.
 def screen_request_head(head: bytes | bytearray, max_bytes: int) -> HeadInfo: ...
+
+# Every code RequestError and UpstreamProtocolError carry, with the status each is answered
+# with (an upstream's fault: 502), sorted by code (rust/src/error.rs `all_codes`).
+def error_codes() -> list[tuple[str, int]]: ...
 
 # Guardrails (rust/src/guard.rs).
 class PolicyError(ValueError):

@@ -35,6 +35,24 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "context_length_exceeded": (400, "invalid_request_error"),
     "payload_too_large": (413, "invalid_request_error"),
     "unsupported_media_type": (415, "invalid_request_error"),
+    # -- the request head (the Rust screen, rust/src/head.rs) and the connection layer's
+    # own answers (edgegw.http1)
+    "bad_request_line": (400, "invalid_request_error"),
+    "bad_line_ending": (400, "invalid_request_error"),
+    "obs_fold": (400, "invalid_request_error"),
+    "bad_header_name": (400, "invalid_request_error"),
+    "bad_header_value": (400, "invalid_request_error"),
+    "conflicting_framing": (400, "invalid_request_error"),
+    "bad_content_length": (400, "invalid_request_error"),
+    "bad_transfer_encoding": (400, "invalid_request_error"),
+    "missing_host": (400, "invalid_request_error"),
+    "duplicate_host": (400, "invalid_request_error"),
+    "incomplete_head": (400, "invalid_request_error"),
+    "request_timeout": (408, "invalid_request_error"),
+    "head_too_large": (431, "invalid_request_error"),
+    "too_many_headers": (431, "invalid_request_error"),
+    "request_header_fields_too_large": (431, "invalid_request_error"),
+    "not_implemented": (501, "server_error"),
     # -- where it goes
     "not_found": (404, "not_found_error"),
     "method_not_allowed": (405, "invalid_request_error"),
@@ -66,6 +84,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "upstream_connection_lost": (502, "server_error"),
     "upstream_response_too_large": (502, "server_error"),
     "upstream_stream_truncated": (502, "server_error"),
+    "upstream_event_too_large": (502, "server_error"),
     "bad_upstream_response": (502, "server_error"),
     "upstream_error": (502, "server_error"),
     "mcp_rounds_exhausted": (502, "server_error"),
@@ -73,6 +92,9 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "no_deployment_available": (503, "server_error"),
     # -- local workers (SIE's codes)
     "provisioning": (503, "server_error"),
+    "MODEL_LOADING": (503, "server_error"),
+    "QUEUE_FULL": (503, "server_error"),
+    "MODEL_LOAD_FAILED": (502, "server_error"),
     "transport_failure": (503, "server_error"),
     "first_chunk_timeout": (504, "server_error"),
     "inter_chunk_timeout": (504, "server_error"),
@@ -104,6 +126,20 @@ class GatewayError(Exception):
         self.param = param
         self.headers = headers
 
+    def replace(
+        self, *, status: int | None = None, message: str | None = None, more_headers: Headers = ()
+    ) -> GatewayError:
+        """The same error anew (code, type, param), to raise again: with another status or
+        message, or more headers."""
+        return GatewayError(
+            self.status if status is None else status,
+            self.code,
+            self.message if message is None else message,
+            type=self.type,
+            param=self.param,
+            headers=(*self.headers, *more_headers),
+        )
+
 
 def fail(
     code: str,
@@ -112,15 +148,16 @@ def fail(
     param: str | None = None,
     headers: Headers = (),
     status: int | None = None,
+    type: str | None = None,
 ) -> GatewayError:
-    """The error for a catalogued `code` (raise what this returns). `status` overrides the
-    catalogue's only where a spec gives one code two statuses."""
+    """The error for a catalogued `code` (raise what this returns). `status` and `type`
+    override the catalogue's only where a spec gives one code two of them."""
     default_status, type_ = CATALOGUE[code]
     return GatewayError(
         default_status if status is None else status,
         code,
         message,
-        type=type_,
+        type=type_ if type is None else type,
         param=param,
         headers=headers,
     )

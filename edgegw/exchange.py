@@ -34,6 +34,7 @@ from edgegw.errors import (
     ErrorShape,
     GatewayError,
     Headers,
+    fail,
     shutting_down,
     upstream_timeout,
 )
@@ -247,14 +248,13 @@ class SseWriter:
     async def fail(self, code: str, message: str) -> None:
         """End a started stream with one error event in the API's shape (no `[DONE]`);
         before the head, raise the error as an answer instead."""
-        status, _ = CATALOGUE.get(code, (502, "server_error"))
         if self.state is StreamState.HEAD_PENDING:
-            raise GatewayError(status, code, message, type="server_error")
+            raise fail(code, message)
         if self.state is StreamState.ENDED:
             return
         self._outcome.error = code
         self.state = StreamState.ENDED
-        event = self.shape.event(status, code, message, self._outcome.events)
+        event = self.shape.event(CATALOGUE[code][0], code, message, self._outcome.events)
         await self._send({"type": "http.response.body", "body": event, "more_body": False})
 
     async def settle(

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import trio
 
 from edgegw._core import ResponseHead, ResponseParser, UpstreamProtocolError
-from edgegw.errors import GatewayError, Headers
+from edgegw.errors import GatewayError, Headers, fail
 from edgegw.octets import COLON, CR, HTAB, LF, SP
 
 USER_AGENT = b"edgegw/0.1"
@@ -192,13 +192,9 @@ class UpstreamPool:
             self._free_slot(host)
             error: BaseException = e
             if isinstance(e, trio.TooSlowError):
-                error = GatewayError(
-                    504, "upstream_timeout", "timed out connecting to the upstream"
-                )
+                error = fail("upstream_timeout", "timed out connecting to the upstream")
             elif isinstance(e, (OSError, trio.BrokenResourceError, ssl.SSLError)):
-                error = GatewayError(
-                    502, "upstream_unreachable", "could not connect to the upstream"
-                )
+                error = fail("upstream_unreachable", "could not connect to the upstream")
             if on_connect is not None:
                 on_connect(started, error)
             if error is e:
@@ -329,8 +325,8 @@ class UpstreamPool:
                 await self._discard(conn)
                 if reused and attempt == 0:
                     continue
-                raise GatewayError(
-                    502, "upstream_connection_lost", "the upstream closed the connection"
+                raise fail(
+                    "upstream_connection_lost", "the upstream closed the connection"
                 ) from None
             except BaseException as e:
                 await self._discard(conn)
@@ -373,15 +369,11 @@ class UpstreamPool:
             if content_length is None:
                 await conn.stream.send_all(b"0\r\n\r\n")
             elif sent != content_length:
-                raise GatewayError(
-                    400, "invalid_request", "request body shorter than its Content-Length"
-                )
+                raise fail("invalid_request", "request body shorter than its Content-Length")
             return await _read_head(self, origin, conn, parser)
         except _StaleConnection:
             await self._discard(conn)
-            raise GatewayError(
-                502, "upstream_connection_lost", "the upstream closed the connection"
-            ) from None
+            raise fail("upstream_connection_lost", "the upstream closed the connection") from None
         except BaseException as e:
             await self._discard(conn)
             if isinstance(e, Exception):
@@ -413,10 +405,10 @@ def _request_head(
 def _check_request_line(target: bytes, headers: Headers) -> None:
     """No byte that could split the request: the last guard against header injection."""
     if CR in target or LF in target or SP in target or HTAB in target:
-        raise GatewayError(400, "invalid_request", "invalid upstream path")
+        raise fail("invalid_request", "invalid upstream path")
     for name, value in headers:
         if CR in value or LF in value or CR in name or LF in name or COLON in name:
-            raise GatewayError(400, "invalid_request", "invalid header")
+            raise fail("invalid_request", "invalid header")
 
 
 class _StaleConnection(Exception):
@@ -438,9 +430,7 @@ async def _read_head(
             if not got_bytes:
                 raise _StaleConnection()
             parser.feed_eof()  # raises: the head never completed
-            raise GatewayError(
-                502, "upstream_connection_lost", "the upstream closed the connection"
-            )
+            raise fail("upstream_connection_lost", "the upstream closed the connection")
         got_bytes = True
         fed = parser.feed(data)
         if fed.head is not None:
@@ -452,14 +442,12 @@ def _transport_error(e: Exception) -> GatewayError:
     if isinstance(e, GatewayError):
         return e
     if isinstance(e, trio.TooSlowError):
-        return GatewayError(504, "upstream_timeout", "the upstream did not answer in time")
+        return fail("upstream_timeout", "the upstream did not answer in time")
     if isinstance(e, UpstreamProtocolError):  # from ResponseParser: malformed or truncated
-        return GatewayError(502, e.code, str(e), type="upstream_error")
+        return fail(e.code, str(e), type="upstream_error")
     if isinstance(e, (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError)):
-        return GatewayError(
-            502, "upstream_connection_lost", "the connection to the upstream was lost"
-        )
-    return GatewayError(502, "upstream_error", "the upstream request failed")
+        return fail("upstream_connection_lost", "the connection to the upstream was lost")
+    return fail("upstream_error", "the upstream request failed")
 
 
 class Response:
@@ -533,9 +521,7 @@ class Response:
         while chunk := await self.receive_chunk():
             size += len(chunk)
             if size > limit:
-                raise GatewayError(
-                    502, "upstream_response_too_large", "the upstream response is too large"
-                )
+                raise fail("upstream_response_too_large", "the upstream response is too large")
             parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 

@@ -81,13 +81,7 @@ def check_request(
     # Values OpenAI's schema accepts and the SIE contract does not (65 tools, custom tools, ...).
     if (rejection := req.local_rejection) is not None:
         # As a GatewayError, like every refusal here: the router handles it as one.
-        raise GatewayError(
-            rejection.status,
-            rejection.code,
-            str(rejection),
-            type=rejection.type,
-            param=rejection.param,
-        )
+        raise fail(rejection.code, str(rejection), param=rejection.param, type=rejection.type)
     # Messages as SGLang takes them: no response members the SDKs send back, no null members.
     doc = orjson.loads(req.upstream_body(req.model, keep=LOCAL_MESSAGE_MEMBERS))
     _check_capabilities(req, doc, rt)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgegw._core import ParsedRequest
-from edgegw.errors import GatewayError, Headers
+from edgegw.errors import GatewayError, Headers, fail
 from edgegw.local.fleet import LocalRuntime
 
 # reason -> (status, envelope code, X-SIE-Error-Code, Retry-After), as SIE answers each state
@@ -76,13 +76,7 @@ def refusal(rt: LocalRuntime, reason: str) -> GatewayError:
     headers: Headers = ((b"x-sie-served-by", b"local"), (b"x-sie-error-code", sie_code.encode()))
     if retry_after is not None:
         headers = ((b"retry-after", retry_after), *headers)
-    return GatewayError(
-        status,
-        code,
-        _MESSAGES[reason].format(rt.profile.name),
-        type="server_error",
-        headers=headers,
-    )
+    return fail(code, _MESSAGES[reason].format(rt.profile.name), status=status, headers=headers)
 
 
 def served_remotely(upstream: str, reason: str | None, dropped: tuple[str, ...] = ()) -> Headers:
@@ -113,16 +107,11 @@ def restored(local: GatewayError, reason: str, attempt: GatewayError) -> Gateway
     else:
         code = None if attempt.code in _GATEWAY_CODES else attempt.code
         error = fallback_error(attempt.status, code)
-    return GatewayError(
-        local.status,
-        local.code,
-        local.message,
-        type=local.type,
-        headers=(
-            *local.headers,
+    return local.replace(
+        more_headers=(
             (b"x-sie-fallback-reason", reason.encode()),
             (b"x-sie-fallback-error", error.encode()),
-        ),
+        )
     )
 
 

@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 import trio
 
-from edgegw.errors import GatewayError
+from edgegw.errors import GatewayError, fail
 from edgegw.models.community import CommunityTable, open_table
 from edgegw.models.lists import (
     PRICE_KEYS,
@@ -157,7 +157,7 @@ class ModelCatalog:
                 return flight.listing
             if flight.error is not None:
                 e = flight.error
-                raise GatewayError(e.status, e.code, e.message, type=e.type)
+                raise e.replace()
             # The request that fetched was cancelled before it ended: fetch again.
 
     async def _fly(self, pid: str) -> _Listing:
@@ -180,14 +180,13 @@ class ModelCatalog:
             with trio.fail_after(timeout):
                 return await self._fetch(self.targets[pid])
         except trio.TooSlowError:
-            raise GatewayError(
-                504, "upstream_timeout", f"'{pid}' did not list its models within {timeout:g}s"
+            raise fail(
+                "upstream_timeout", f"'{pid}' did not list its models within {timeout:g}s"
             ) from None
         except GatewayError as e:
-            raise GatewayError(
-                504 if e.status == 504 else 502,
-                e.code,
-                f"listing the models of '{pid}' failed: {e.message}",
+            raise e.replace(
+                status=504 if e.status == 504 else 502,
+                message=f"listing the models of '{pid}' failed: {e.message}",
             ) from None
 
     async def _fetch(self, target: Target) -> tuple[ListedModel, ...]:
@@ -222,11 +221,11 @@ class ModelCatalog:
         finally:
             await resp.aclose()
         if resp.status != 200:
-            raise GatewayError(502, "upstream_error", f"the upstream answered {resp.status}")
+            raise fail("upstream_error", f"the upstream answered {resp.status}")
         try:
             return orjson.loads(payload)
         except orjson.JSONDecodeError:
-            raise GatewayError(502, "bad_upstream_response", "the answer is not JSON") from None
+            raise fail("bad_upstream_response", "the answer is not JSON") from None
 
     # -- runtime context windows ---------------------------------------------------------
 

@@ -30,7 +30,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, TypeGuard
 from urllib.parse import quote
 
-from edgegw.errors import GatewayError
+from edgegw.errors import fail
 from edgegw.models.community import rate_text
 
 # Fields of a list entry that publish the context window, in order: Groq, Cohere/OpenRouter,
@@ -68,7 +68,7 @@ class ListedModel:
 def read_page(shape: str, doc: Any) -> tuple[list[Any], str | None]:
     """(entries, query for the next page or None) of one page of a provider's list."""
     if not isinstance(doc, dict):
-        raise GatewayError(502, "bad_upstream_response", "the model list is not an object")
+        raise fail("bad_upstream_response", "the model list is not an object")
     next_query = None
     if shape == "cohere":
         entries = doc.get("models")
@@ -93,7 +93,7 @@ def read_page(shape: str, doc: Any) -> tuple[list[Any], str | None]:
             if isinstance(last, str) and last:
                 next_query = "after_id=" + quote(last, safe="")
     if not isinstance(entries, list):
-        raise GatewayError(502, "bad_upstream_response", "no model list in the answer")
+        raise fail("bad_upstream_response", "no model list in the answer")
     return entries, next_query
 
 

@@ -60,7 +60,7 @@ from typing import Any
 import orjson
 
 from edgegw._core import OTLP_MAX_ATTRIBUTES, OTLP_MAX_DATA_POINTS
-from edgegw.errors import GatewayError
+from edgegw.errors import GatewayError, fail
 from edgegw.telemetry.instruments import Counter, Histogram, Labels, labels
 
 DELTA = 1
@@ -430,8 +430,7 @@ class _Reader:
 
 
 def _too_many(limit: int) -> GatewayError:
-    return GatewayError(
-        413,
+    return fail(
         "payload_too_large",
         f"OTLP payload carries more than {limit} data points or attributes",
     )
@@ -443,4 +442,4 @@ def decode_json(body: bytes) -> list[Resource]:
     try:
         return _Reader().request(orjson.loads(body))
     except (orjson.JSONDecodeError, _Invalid):
-        raise GatewayError(400, "invalid_request", "Failed to decode OTLP payload") from None
+        raise fail("invalid_request", "Failed to decode OTLP payload") from None

@@ -280,3 +280,131 @@ impl fmt::Display for UpstreamFault {
 }
 
 impl std::error::Error for UpstreamFault {}
+
+/// Every code the core raises, with the status the gateway answers it with (an upstream's
+/// fault: 502), sorted: the Python catalogue (`edgegw.errors.CATALOGUE`) is checked against
+/// it, as pydantic-core's `list_all_errors` lets its users check theirs.
+pub fn all_codes() -> Vec<(&'static str, u16)> {
+    let mut out: Vec<(&'static str, u16)> = rejection_samples()
+        .iter()
+        .map(|r| (r.code(), r.status()))
+        .chain(upstream_samples().iter().map(|u| (u.code(), 502)))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// One value of each variant. A new variant gets an arm in `variant_index` (its matches
+/// have no wildcard, so it does not compile until then) and then a sample here (the tests
+/// fail until then).
+fn rejection_samples() -> Vec<Rejection> {
+    let mut out = vec![
+        Rejection::InvalidJson(String::new()),
+        Rejection::NotAnObject,
+        Rejection::invalid("p", "m"),
+        Rejection::unsupported("p"),
+        Rejection::PayloadTooLarge { limit: 0 },
+        Rejection::InvalidGzip,
+        Rejection::InvalidOtlp,
+        Rejection::TooManyDataPoints { limit: 0 },
+    ];
+    out.extend(head_samples().into_iter().map(Rejection::Head));
+    out
+}
+
+fn head_samples() -> [HeadFault; 14] {
+    [
+        HeadFault::TooLarge { limit: 0 },
+        HeadFault::TooManyHeaders { limit: 0 },
+        HeadFault::Incomplete,
+        HeadFault::BadLineEnding,
+        HeadFault::BadRequestLine,
+        HeadFault::ObsFold,
+        HeadFault::BadHeaderName,
+        HeadFault::BadHeaderValue,
+        HeadFault::ConflictingFraming,
+        HeadFault::BadContentLength,
+        HeadFault::BadTransferEncoding,
+        HeadFault::UnsupportedTransferCoding,
+        HeadFault::MissingHost,
+        HeadFault::DuplicateHost,
+    ]
+}
+
+fn upstream_samples() -> [UpstreamFault; 3] {
+    [
+        UpstreamFault::EventTooLarge { limit: 0 },
+        UpstreamFault::BadResponse(String::new()),
+        UpstreamFault::Closed,
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn rejection_index(r: &Rejection) -> usize {
+        match r {
+            Rejection::InvalidJson(_) => 0,
+            Rejection::NotAnObject => 1,
+            Rejection::InvalidValue { .. } => 2,
+            Rejection::UnsupportedField { .. } => 3,
+            Rejection::PayloadTooLarge { .. } => 4,
+            Rejection::InvalidGzip => 5,
+            Rejection::InvalidOtlp => 6,
+            Rejection::TooManyDataPoints { .. } => 7,
+            Rejection::Head(h) => 8 + head_index(h),
+        }
+    }
+
+    fn head_index(h: &HeadFault) -> usize {
+        match h {
+            HeadFault::TooLarge { .. } => 0,
+            HeadFault::TooManyHeaders { .. } => 1,
+            HeadFault::Incomplete => 2,
+            HeadFault::BadLineEnding => 3,
+            HeadFault::BadRequestLine => 4,
+            HeadFault::ObsFold => 5,
+            HeadFault::BadHeaderName => 6,
+            HeadFault::BadHeaderValue => 7,
+            HeadFault::ConflictingFraming => 8,
+            HeadFault::BadContentLength => 9,
+            HeadFault::BadTransferEncoding => 10,
+            HeadFault::UnsupportedTransferCoding => 11,
+            HeadFault::MissingHost => 12,
+            HeadFault::DuplicateHost => 13,
+        }
+    }
+
+    fn upstream_index(u: &UpstreamFault) -> usize {
+        match u {
+            UpstreamFault::EventTooLarge { .. } => 0,
+            UpstreamFault::BadResponse(_) => 1,
+            UpstreamFault::Closed => 2,
+        }
+    }
+
+    #[test]
+    fn the_samples_hold_every_variant_once() {
+        let rejections: BTreeSet<usize> = rejection_samples().iter().map(rejection_index).collect();
+        assert_eq!(rejections, (0..8 + 14).collect());
+        assert_eq!(rejection_samples().len(), 8 + 14);
+        let upstream: BTreeSet<usize> = upstream_samples().iter().map(upstream_index).collect();
+        assert_eq!(upstream, (0..3).collect());
+    }
+
+    #[test]
+    fn every_code_once_with_its_status() {
+        let codes = all_codes();
+        assert!(
+            codes.windows(2).all(|w| w[0].0 < w[1].0),
+            "one status per code: {codes:?}"
+        );
+        assert!(codes.contains(&("unsupported_field", 400)));
+        assert!(codes.contains(&("head_too_large", 431)));
+        assert!(codes.contains(&("not_implemented", 501)));
+        assert!(codes.contains(&("upstream_connection_lost", 502)));
+    }
+}

@@ -720,6 +720,13 @@ mod binding {
         }
     }
 
+    /// Every code the core raises and the status it is answered with, sorted
+    /// (error.rs `all_codes`): the catalogue's check.
+    #[pyfunction]
+    fn error_codes() -> Vec<(&'static str, u16)> {
+        crate::error::all_codes()
+    }
+
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("RequestError", m.py().get_type::<RequestError>())?;
@@ -752,6 +759,7 @@ mod binding {
         m.add_function(wrap_pyfunction!(detect_sensitive, m)?)?;
         m.add_function(wrap_pyfunction!(redact_text, m)?)?;
         m.add_function(wrap_pyfunction!(redact_json, m)?)?;
+        m.add_function(wrap_pyfunction!(error_codes, m)?)?;
         crate::trace_binding::register(m)?;
         Ok(())
     }
