@@ -193,6 +193,27 @@ def scrub(data: bytes, secret: bytes | None) -> bytes:
     return data
 
 
+class Scrubber:
+    """`scrub` for a body relayed piece by piece: the last len(secret) - 1 bytes of each
+    piece wait for the next, so a key split across two pieces is caught too."""
+
+    __slots__ = ("secret", "held")
+
+    def __init__(self, secret: bytes) -> None:
+        self.secret = secret
+        self.held = b""
+
+    def feed(self, piece: bytes) -> bytes:
+        data = scrub(self.held + piece if self.held else piece, self.secret)
+        keep = len(self.secret) - 1
+        self.held = data[len(data) - keep :] if keep else b""
+        return data[: len(data) - keep] if keep else data
+
+    def finish(self) -> bytes:
+        held, self.held = self.held, b""
+        return held
+
+
 def stream_decoder(encoding: bytes | None) -> Decoder:
     """A decoder for a stream: no total bound, but one compressed piece never expands
     past STREAM_PIECE_LIMIT (a stream is relayed piece by piece)."""

@@ -31,7 +31,7 @@ import trio
 
 from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
-from edgegw.bodies import BufferBudget, Decoder, read_whole, scrub, stream_decoder
+from edgegw.bodies import BufferBudget, Decoder, Scrubber, read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
@@ -150,8 +150,10 @@ class Exchanges:
         resp, payload, charge = got
         try:
             ok = 200 <= resp.status < 300
+            # A provider that quotes its key back, in an error or an answer, is not relayed
+            # with it.
+            payload = scrub(payload, up.secret)
             if not ok:
-                payload = scrub(payload, up.secret)
                 if not raw_errors:
                     raise upstream_error(resp.status, resp.headers, payload)
             outcome.status = resp.status
@@ -411,7 +413,7 @@ class Exchanges:
             return
         status, payload, charge = whole
         try:
-            payload, added = await inspect(payload)
+            payload, added = await inspect(scrub(payload, up.secret))
             headers = [(k, v) for k, v in headers if k not in _REFRAMED]
             headers += [(b"content-length", b"%d" % len(payload)), *added]
             await call.respond(status, headers, payload)
@@ -437,6 +439,10 @@ class Exchanges:
                 headers.append((b"content-length", b"%d" % len(payload)))
                 await call.respond(resp.status, headers, payload)
                 return False
+            scrubber = None if not secret or _encoded(resp) else Scrubber(secret)
+            if scrubber is not None:
+                # Scrubbing may change the length: the body is reframed (chunked).
+                headers = [(k, v) for k, v in headers if k != b"content-length"]
             await call.send(
                 {"type": "http.response.start", "status": resp.status, "headers": headers}
             )
@@ -445,11 +451,22 @@ class Exchanges:
                     chunk = await resp.receive_chunk()
                 if not chunk:
                     break
+                if scrubber is not None:
+                    chunk = scrubber.feed(chunk)
                 await call.send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if scrubber is not None and (rest := scrubber.finish()):
+                await call.send({"type": "http.response.body", "body": rest, "more_body": True})
             return True
         except (GatewayError, trio.TooSlowError) as e:
             log.warning("proxied response cut short: %s", getattr(e, "code", "upstream_timeout"))
             return False
+
+
+def _encoded(resp: Response) -> bool:
+    """A body in a content coding (edgegw asks for identity; a provider may not comply):
+    relayed as it came, since its bytes cannot be searched for the key."""
+    coding = resp.header(b"content-encoding")
+    return coding is not None and coding.strip().lower() not in (b"", b"identity")
 
 
 def _relayed_headers(resp: Response) -> list[tuple[bytes, bytes]]:

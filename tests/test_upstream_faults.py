@@ -243,6 +243,40 @@ async def test_the_key_in_a_stream_split_across_pieces_is_scrubbed(
     assert KEY.encode() not in resp.body and b"[redacted]" in resp.body
 
 
+QUOTING_ANSWER = orjson.dumps(
+    {
+        "id": "c1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": f"key {KEY}"}}],
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/v1/chat/completions", CHAT),
+        ("POST", "/v1/responses", orjson.dumps({"model": "openai/gpt", "input": "hi"})),
+        ("GET", "/proxy/openai/files", b""),
+    ],
+)
+async def test_the_key_quoted_in_a_2xx_answer_is_scrubbed(
+    nursery: trio.Nursery, bad: BadUpstream, method: str, path: str, body: bytes
+) -> None:
+    """Whole, and through /proxy in pieces that split the key."""
+    gw = await gateway_for(nursery, bad)
+    head = response(200, [("content-type", "application/json"), ("transfer-encoding", "chunked")])
+    cut = QUOTING_ANSWER.index(KEY.encode()) + 5
+    bad.script = Script(
+        [(0, head + chunk(QUOTING_ANSWER[:cut])), (0.02, chunk(QUOTING_ANSWER[cut:])),
+         (0, b"0\r\n\r\n")]
+    )  # fmt: skip
+    resp = await request(gw.port, method, path, body)
+    assert resp.status == 200
+    assert KEY.encode() not in resp.body
+    assert resp.body == QUOTING_ANSWER.replace(KEY.encode(), b"[redacted]")
+
+
 async def test_endless_response_headers_are_cut(nursery: trio.Nursery, bad: BadUpstream) -> None:
     gw = await gateway_for(nursery, bad)
     header = b"x-filler: " + b"y" * 1000 + b"\r\n"
