@@ -35,7 +35,7 @@ from edgegw.bodies import BufferBudget, Decoder, Scrubber, read_whole, scrub, st
 from edgegw.errors import GatewayError, Headers, fail, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
 from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
-from edgegw.tap import TAPS, has_usage, without_usage
+from edgegw.tap import TAP_WHOLE_MAX, TAPS, has_usage, usage_of, without_usage
 from edgegw.upstream import Origin, Response, UpstreamPool
 
 if TYPE_CHECKING:
@@ -157,7 +157,10 @@ class Exchanges:
                 if not raw_errors:
                     raise upstream_error(resp.status, resp.headers, payload)
             outcome.status = resp.status
-            if ok and (
+            if ok and len(payload) > TAP_WHOLE_MAX:
+                # Parsed whole it would take many times its size: its usage only.
+                TAPS[call.errors.name](usage_of(payload), outcome, "message")
+            elif ok and (
                 payload.find(b'"usage"') != -1
                 or payload.find(b'"tool_calls"') != -1
                 or call.trace is not None

@@ -16,6 +16,8 @@ import trio.testing
 
 from edgegw.bodies import BufferBudget, read_whole
 from edgegw.errors import GatewayError
+from edgegw.exchange import Outcome
+from edgegw.tap import TAP_WHOLE_MAX, tap, usage_of
 from edgegw.upstream import Origin, UpstreamPool
 
 from .bad_upstream import chunk
@@ -177,3 +179,17 @@ async def test_through_the_gateway_answers_past_the_budget_are_503_and_the_other
         assert orjson.loads(body)["error"]["code"] == "overloaded"
         upstream.release.set()
     assert sorted(a[:2] for a in answers[1:]) == [(200, padded)] * 2
+
+
+def test_a_large_answers_usage_is_read_without_parsing_it_whole() -> None:
+    """Past TAP_WHOLE_MAX only the usage object is parsed (the whole answer's objects
+    would take many times its size); a string that holds braces does not end it early."""
+    usage = {"prompt_tokens": 3, "completion_tokens": 5, "details": {"note": 'a } { b " c'}}
+    answer = orjson.dumps(
+        {"choices": [{"message": {"content": "x" * TAP_WHOLE_MAX}}], "usage": usage}
+    )
+    outcome = Outcome()
+    tap(usage_of(answer), outcome, "message")
+    assert outcome.usage == usage
+    assert usage_of(b'{"usage": null}') == b""
+    assert usage_of(b'{"choices": []}') == b""
