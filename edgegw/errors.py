@@ -253,7 +253,9 @@ def _anthropic_body(status: int, type: str, param: str | None, code: str, messag
 
 
 def _openai_event(status: int, code: str, message: str, seq: int) -> bytes:
-    return b"data: " + envelope(message, "server_error", None, code) + b"\n\n"
+    # The catalogue's type (a guardrails block is a permission_error, not the server's).
+    type_ = CATALOGUE.get(code, (status, default_type(status)))[1]
+    return b"data: " + envelope(message, type_, None, code) + b"\n\n"
 
 
 def _anthropic_event(status: int, code: str, message: str, seq: int) -> bytes:

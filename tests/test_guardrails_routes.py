@@ -603,6 +603,8 @@ async def test_a_stream_cut_by_a_block_in_raw_http(
     assert resp.status == 200
     last = resp.body.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
     assert last.startswith(error) and b'"guardrails_blocked"' in last
+    if last.startswith(b"data: {"):  # OpenAI's envelope: the catalogue's type
+        assert orjson.loads(last[6:])["error"]["type"] == "permission_error"
     for end in (b"[DONE]", b"message_stop", b"response.completed", b"message-end"):
         assert end not in resp.body
     if path.startswith("/proxy/"):  # the provider's headers relayed; its answer uncompressed

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from edgegw._core import ParsedRequest, parse_chat_request, parse_completions_request
 from edgegw.asgi import Call
-from edgegw.errors import GatewayError, Headers, fail, unsupported_field
+from edgegw.errors import CATALOGUE, GatewayError, Headers, fail, unsupported_field
 from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 from edgegw.guardrails.apis import CHAT, COMPLETIONS
@@ -310,7 +310,9 @@ async def _remote(
             inspect=None if guard is None else guard.post_call,
         )
     if outcome.error is not None:
-        outcome.status = 502
+        # The stream's end decides what is recorded: an upstream failure's 5xx, a
+        # guardrails block's 403 (the head said 200).
+        outcome.status = CATALOGUE.get(outcome.error, (502,))[0]
     return outcome
 
 
