@@ -35,7 +35,7 @@ from edgegw.local.sglang import (
     sglang_completions_body,
     worker_error,
 )
-from edgegw.relay import Exchanges, send_traced
+from edgegw.relay import Exchanges, Inspect, StreamCheck, send_traced
 from edgegw.upstream import Response
 
 if TYPE_CHECKING:
@@ -87,8 +87,13 @@ async def serve(
     rt: LocalRuntime,
     lreq: LocalRequest,
     response_headers: Headers = (),
+    *,
+    inspect: Inspect | None = None,
+    check: StreamCheck | None = None,
 ) -> Outcome | NoLocalWorker:
-    """`response_headers`: added to the answer (model routing's X-Selected-*)."""
+    """`response_headers`: added to the answer (model routing's X-Selected-*); `inspect`
+    sees a whole answer and `check` a stream's events before the client does (the
+    guardrails' post_call, edgegw.relay's protocols)."""
     chat = req.endpoint == "chat"
     candidates = fleet.candidates(rt, lreq.pool, lreq.machine_profile)
     if (lreq.pool or lreq.machine_profile) and not candidates:
@@ -147,6 +152,7 @@ async def serve(
                         timeouts.inter_chunk_s,
                         opened.first,
                         None if call.trace is None else call.trace.completion,
+                        check,
                     )
                 else:
                     payload = await resp.read(exchanges.max_response_bytes)
@@ -172,6 +178,9 @@ async def serve(
                 if isinstance(c, dict) and isinstance(c.get("finish_reason"), str)
             ]
             payload = orjson.dumps(answer)
+            if inspect is not None:
+                payload, added = await inspect(payload)
+                extra = (*extra, *added)
             if call.trace is not None and call.trace.completion is not None:
                 call.trace.completion.answer(payload)
             await call.respond_json(200, payload, extra)
@@ -296,11 +305,13 @@ async def _stream(
     inter_chunk_s: float,
     first: bytes,
     completion: Completion | None = None,
+    check: StreamCheck | None = None,
 ) -> bool:
     """Relay one worker stream in the SIE shape, starting with the `first` piece already
     read; True when it ended cleanly. While the worker is silent, a keep-alive comment
     goes out every KEEPALIVE_S, until inter_chunk_s of silence fails the stream.
-    `completion` (TELEMETRY_TRACING_CONTENT) is fed the events the client gets."""
+    `completion` (TELEMETRY_TRACING_CONTENT) is fed the events the client gets; `check`
+    judges them before they go (a verdict against them ends the stream with its error)."""
     splitter = SseSplitter()
     await writer.start()
     pending = first
@@ -319,7 +330,13 @@ async def _stream(
                     outcome.usage = normalizer.usage
                     outcome.tool_calls = normalizer.tool_names
                     outcome.finish_reasons = normalizer.finish_reasons
-                    await writer.close(b"".join(out))
+                    data = b"".join(out)
+                    if check is not None and (
+                        (stop := await check.events(data)) or (stop := await check.end())
+                    ):
+                        await writer.fail(stop.code, stop.message)
+                        return False
+                    await writer.close(data)
                     return True
                 produced = normalizer.feed(event.data)
                 if completion is not None:
@@ -327,7 +344,11 @@ async def _stream(
                         completion.delta(piece[6:-2])  # ChatStream's: b"data: <json>\n\n"
                 out += produced
             if out:
-                await writer.write(b"".join(out))
+                data = b"".join(out)
+                if check is not None and (stop := await check.events(data)):
+                    await writer.fail(stop.code, stop.message)
+                    return False
+                await writer.write(data)
         raise WorkerFailure("transport_failure", "the worker stream ended without [DONE]")
     except WorkerFailure as e:
         outcome.tool_calls = normalizer.tool_names

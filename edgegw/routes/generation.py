@@ -349,7 +349,18 @@ async def _serve_local(
     tools are offered (a routed attempt is then its last: tools may run)."""
     offered = mcp_agent.offer(gw.mcp, call, req) if rt.profile.tools else None
     if offered is None:
-        return await local.serve(gw.exchanges, gw.fleet, call, req, rt, lreq, headers)
+        guard = _guard(gw, call, req)
+        return await local.serve(
+            gw.exchanges,
+            gw.fleet,
+            call,
+            req,
+            rt,
+            lreq,
+            headers,
+            inspect=None if guard is None else guard.post_call,
+            check=None if guard is None else guard.stream(),
+        )
     if screen is not None:
         screen.last = True  # tools may run: the request is not tried twice
     return await _local_mcp(gw, call, req, rt, offered, forbid, headers)
