@@ -1,11 +1,12 @@
 """The router: one per process, built once with the Gateway; its state is the process's own.
 
-For a request naming an alias, `Router.trip(alias).run(attempt)` orders the alias's
+For a request naming an alias, `Router.trip(alias).attempts()` orders the alias's
 deployments by its strategy, skips the ones that cannot take a request now (breaker open,
-a probe out, a 429's Retry-After not yet over) and tries them in turn, at most
-`max_attempts`. `attempt(deployment, screen)` is the route's: it sends the request and
-hands `screen` to the relay (edgegw.relay.UpstreamRequest.screen), which calls it with the
-upstream's answer head before anything is written to the client. Before that point a
+a probe out, a 429's Retry-After not yet over) and hands them to the route in turn, at
+most `max_attempts` (`Trip` shows the loop). The route sends each and hands its `screen`
+to the relay (edgegw.relay.UpstreamRequest.screen), which calls it with the upstream's
+answer head before anything is written to the client; the route reports how the attempt
+ended (`Attempt.failed` / `Attempt.finished`), and the router keeps the verdicts. Before that point a
 connect error, a 429 or a 5xx moves the request to the next deployment; after it the answer
 is the client's, whatever follows. The last deployment tried answers as it would without
 routing (its error in the envelope, with its status and Retry-After).
@@ -20,7 +21,7 @@ strategy's order: the cursor's rotation, weights descending, latency ascending.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -183,11 +184,20 @@ class Screen:
             raise Failover(str(resp.status))
 
 
-Attempt = Callable[[Deployment, Screen], Awaitable[Outcome]]
-
-
 class Trip:
-    """One request's way through an alias; `selected` is the deployment tried last."""
+    """One request's way through an alias; `selected` is the deployment tried last.
+
+    async with aclosing(trip.attempts()) as attempts:
+        async for attempt in attempts:
+            try:
+                outcome = await send(attempt.deployment, attempt.screen)
+            except BaseException as e:
+                if attempt.failed(e):
+                    continue  # spent: the next deployment
+                raise
+            return attempt.finished(outcome)
+    raise trip.unavailable()
+    """
 
     __slots__ = ("router", "pool", "selected")
 
@@ -196,7 +206,9 @@ class Trip:
         self.pool = pool
         self.selected: Deployment | None = None
 
-    async def run(self, attempt: Attempt) -> Outcome:
+    async def attempts(self) -> AsyncGenerator[Attempt, None]:
+        """The deployments to try, in the strategy's order, skipping those that cannot take
+        a request now, at most `max_attempts`, the retry backoff waited between them."""
         alias = self.pool.alias
         order = self.pool.order()
         tried = 0
@@ -211,48 +223,23 @@ class Trip:
             tried += 1
             later = order[i + 1 :]
             last = tried == alias.max_attempts or not any(m.state.available(now) for m in later)
-            screen = Screen(last)
             before = state.breaker.state
             state.breaker.begin(now)
             self.router._breaker_changed(state, before)
             self.selected = d
-            try:
-                outcome = await attempt(d, screen)
-            except Failover as f:
-                if screen.answered_at is None:
-                    # Not sent (no free local worker, X-SIE-Remote: forbid): no verdict.
-                    self._abandon(state)
-                else:  # a 5xx counts against the breaker; a 429 is its Retry-After
-                    self._settle(state, screen, failed=screen.status != 429)
-                self._record(state, "failover")
-                self.router.metrics.record_routing_failover(alias.name, d.name, f.reason)
-                continue
-            except GatewayError as e:
-                unanswered = screen.answered_at is None
-                transport = unanswered and e.status == 502
-                if transport and not screen.last:
-                    self._settle(state, screen, failed=True)
-                    self._record(state, "failover")
-                    self.router.metrics.record_routing_failover(alias.name, d.name, "connect")
-                    continue
-                if unanswered and not transport and e.code != "upstream_timeout":
-                    self._abandon(state)  # refused before it was sent: no verdict
-                else:
-                    self._settle(state, screen, failed=unanswered or screen.status >= 500)
-                self._record(state, "error")
-                e.headers = (*e.headers, *selected_headers(d))
-                raise
-            except BaseException:
-                self._abandon(state)
-                raise
-            if outcome.client_gone and screen.answered_at is None:
-                self._abandon(state)  # the client left before the deployment answered
-                self._record(state, "client_gone")
-                return outcome
-            self._settle(state, screen, failed=outcome.error is not None or screen.status >= 500)
-            self._record(state, "error" if outcome.error is not None else "ok")
-            return outcome
-        raise self._unavailable()
+            yield Attempt(self, state, d, Screen(last))
+
+    def unavailable(self) -> GatewayError:
+        """Every deployment is out (breakers open, Retry-After pending): 503 at once."""
+        now = trio.current_time()
+        free = min(m.state.free_at() for m in self.pool.members)
+        wait = max(1, math.ceil(free - now))
+        return fail(
+            "no_deployment_available",
+            f"No deployment of '{self.pool.alias.name}' can take a request now; retry later.",
+            param="model",
+            headers=((b"retry-after", b"%d" % wait),),
+        )
 
     def _settle(self, state: DeploymentState, screen: Screen, *, failed: bool) -> None:
         """The attempt's verdict on its deployment: breaker, latency, Retry-After."""
@@ -278,17 +265,62 @@ class Trip:
     def _record(self, state: DeploymentState, outcome: str) -> None:
         self.router.metrics.record_routing_attempt(self.pool.alias.name, state.name, outcome)
 
-    def _unavailable(self) -> GatewayError:
-        """Every deployment is out (breakers open, Retry-After pending): 503 at once."""
-        now = trio.current_time()
-        free = min(m.state.free_at() for m in self.pool.members)
-        wait = max(1, math.ceil(free - now))
-        return fail(
-            "no_deployment_available",
-            f"No deployment of '{self.pool.alias.name}' can take a request now; retry later.",
-            param="model",
-            headers=((b"retry-after", b"%d" % wait),),
-        )
+
+class Attempt:
+    """One deployment tried: what the route sends to, and the verdict it reports back."""
+
+    __slots__ = ("trip", "state", "deployment", "screen")
+
+    def __init__(
+        self, trip: Trip, state: DeploymentState, deployment: Deployment, screen: Screen
+    ) -> None:
+        self.trip = trip
+        self.state = state
+        self.deployment = deployment
+        self.screen = screen
+
+    def failed(self, e: BaseException) -> bool:
+        """The attempt raised `e`: True when the request moves on to the next deployment
+        (`e` is spent), False when `e` is the client's answer (raise it)."""
+        trip, state, screen, d = self.trip, self.state, self.screen, self.deployment
+        metrics = trip.router.metrics
+        if isinstance(e, Failover):
+            if screen.answered_at is None:
+                # Not sent (no free local worker, X-SIE-Remote: forbid): no verdict.
+                trip._abandon(state)
+            else:  # a 5xx counts against the breaker; a 429 is its Retry-After
+                trip._settle(state, screen, failed=screen.status != 429)
+            trip._record(state, "failover")
+            metrics.record_routing_failover(trip.pool.alias.name, d.name, e.reason)
+            return True
+        if isinstance(e, GatewayError):
+            unanswered = screen.answered_at is None
+            transport = unanswered and e.status == 502
+            if transport and not screen.last:
+                trip._settle(state, screen, failed=True)
+                trip._record(state, "failover")
+                metrics.record_routing_failover(trip.pool.alias.name, d.name, "connect")
+                return True
+            if unanswered and not transport and e.code != "upstream_timeout":
+                trip._abandon(state)  # refused before it was sent: no verdict
+            else:
+                trip._settle(state, screen, failed=unanswered or screen.status >= 500)
+            trip._record(state, "error")
+            e.headers = (*e.headers, *selected_headers(d))
+            return False
+        trip._abandon(state)
+        return False
+
+    def finished(self, outcome: Outcome) -> Outcome:
+        """The attempt answered the client (or the client left): its verdict recorded."""
+        trip, state, screen = self.trip, self.state, self.screen
+        if outcome.client_gone and screen.answered_at is None:
+            trip._abandon(state)  # the client left before the deployment answered
+            trip._record(state, "client_gone")
+            return outcome
+        trip._settle(state, screen, failed=outcome.error is not None or screen.status >= 500)
+        trip._record(state, "error" if outcome.error is not None else "ok")
+        return outcome
 
 
 def selected_headers(d: Deployment) -> tuple[tuple[bytes, bytes], ...]:
