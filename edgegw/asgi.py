@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -50,17 +51,16 @@ class ClientGone(Exception):
     """The client disconnected before its request was read; there is nobody to answer."""
 
 
-class Note:
-    """What a route tells the access log and the server span about its request."""
+@dataclass(frozen=True, slots=True)
+class Result:
+    """A generation request's record, made once when it ended (edgegw.routes.record), for
+    the access log and the server span to read: whom it went to, for which model, with
+    the status telemetry recorded (499: the client went away) and, streamed, its TTFT."""
 
-    __slots__ = ("provider", "model", "ttft_s", "status")
-
-    def __init__(self) -> None:
-        self.provider: str | None = None
-        self.model: str | None = None
-        self.ttft_s: float | None = None
-        # The status telemetry recorded (499: the client went away), when the route knows.
-        self.status: int | None = None
+    provider: str
+    model: str
+    status: int
+    ttft_s: float | None = None
 
 
 class Call:
@@ -78,7 +78,7 @@ class Call:
         "status",
         "trace",
         "trace_context",
-        "note",
+        "result",
         "identity",
         "errors",
     )
@@ -104,7 +104,7 @@ class Call:
         # A request tracing did not sample: the client's `traceparent` / `tracestate`,
         # passed upstream as they came (none when it sent none, or tracing is off).
         self.trace_context: list[tuple[bytes, bytes]] = []
-        self.note = Note()
+        self.result: Result | None = None
         # The verified OIDC claims of the caller (set by the app's authentication step);
         # None without OIDC or when a client key admitted the request.
         self.identity: dict[str, Any] | None = None
@@ -113,7 +113,7 @@ class Call:
 
     def answered_into(self, send: Send) -> Call:
         """This request, its answer sent into `send` (a capture whose content the request's
-        own answer carries on): the same ids, trace, notes and identity; its head gets no
+        own answer carries on): the same ids, trace, record and identity; its head gets no
         `x-request-id` (the request's own answer has it)."""
         other = Call.__new__(Call)
         other.scope, other.receive = self.scope, self.receive
@@ -123,16 +123,17 @@ class Call:
         other._held = self._held
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
-        other.trace, other.note, other.identity = self.trace, self.note, self.identity
+        other.trace, other.result, other.identity = self.trace, self.result, self.identity
         other.trace_context = self.trace_context
         other.errors = self.errors
         return other
 
     @property
     def final_status(self) -> int | None:
-        """The status the client got: the route's note, the head sent, or the one the
+        """The status the client got: the route's record, the head sent, or the one the
         connection layer answered with after a body deadline or bad framing ended the call."""
-        return self.note.status or self.status or self.scope.get("edgegw.answered_by_server")
+        recorded = None if self.result is None else self.result.status
+        return recorded or self.status or self.scope.get("edgegw.answered_by_server")
 
     async def send(self, message: dict[str, Any]) -> None:
         if self._with_id and message["type"] == "http.response.start":

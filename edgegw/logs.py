@@ -164,11 +164,12 @@ def access_line(call: Call, duration_s: float) -> None:
     level = logging.DEBUG if call.path == "/health" else logging.INFO
     if not access_log.isEnabledFor(level):
         return
-    note = call.note
+    result = call.result
     status = call.final_status or 0
     client = call.scope.get("client")
     address = f"{client[0]}:{client[1]}" if client else "-"
-    ttft_ms = None if note.ttft_s is None else round(note.ttft_s * 1000, 1)
+    ttft_s = None if result is None else result.ttft_s
+    ttft_ms = None if ttft_s is None else round(ttft_s * 1000, 1)
     duration_ms = round(duration_s * 1000, 1)
     access_log.log(
         level,
@@ -178,8 +179,8 @@ def access_line(call: Call, duration_s: float) -> None:
         status,
         duration_ms,
         "-" if ttft_ms is None else f"{ttft_ms}ms",
-        note.provider or "-",
-        "-" if note.model is None else repr(note.model[:200]),
+        "-" if result is None else result.provider,
+        "-" if result is None else repr(result.model[:200]),
         call.request_id,
         address,
         extra=None
@@ -190,8 +191,8 @@ def access_line(call: Call, duration_s: float) -> None:
             "status": status,
             "duration_ms": duration_ms,
             "ttft_ms": ttft_ms,
-            "provider": note.provider,
-            "model": note.model,
+            "provider": None if result is None else result.provider,
+            "model": None if result is None else result.model,
             "request_id": call.request_id,
             "client": address,
         },

@@ -59,7 +59,6 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
     trace = call.trace
     # With tracing on, one call for the `parse` span and the prompt event.
     req = parse(body) if trace is None else trace.parse(parse, body)
-    call.note.model = req.model
     operation = "chat" if req.endpoint == "chat" else "text_completion"
     with Recording(gw, call, req.model, operation, req.stream) as rec:
         guard_headers: Headers = ()

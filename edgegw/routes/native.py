@@ -133,7 +133,6 @@ async def _observed(gw: Gateway, call: Call, api: NativeApi, guarded: GuardedApi
     model, status, the usage and finish tapped from the API's own answer, TTFT, spans."""
     req, body = await _read_json(gw, call, model_required=True)
     assert req.model is not None
-    call.note.model = req.model
     with Recording(gw, call, req.model, "chat", req.stream) as rec:
         req, body, guard, headers = await _judged(gw, call, guarded, req, body)
         remote = gw.resolver.native(req.model, call.provider_param(), api)

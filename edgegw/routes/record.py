@@ -10,7 +10,7 @@ from types import TracebackType
 import trio
 
 from edgegw._core import RequestError
-from edgegw.asgi import Call
+from edgegw.asgi import Call, Result
 from edgegw.errors import GatewayError
 from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
@@ -86,16 +86,14 @@ def record(
     operation: str,
     stream: bool,
 ) -> None:
-    """One ended generation request into the access log's note, its span and the metrics."""
+    """One ended generation request into its record (the access log's), its span and the
+    metrics."""
     ttft_s = (
         None
         if outcome is None or outcome.first_chunk_at is None
         else outcome.first_chunk_at - started
     )
-    note = call.note
-    note.provider, note.status = provider, status
-    if stream:
-        note.ttft_s = ttft_s
+    call.result = Result(provider, model, status, ttft_s if stream else None)
     trace = call.trace
     if trace is not None:
         trace.generation(
