@@ -219,3 +219,22 @@ def test_the_layer_checker_reads_the_table() -> None:
     assert _layer_of("edgegw.x.y", table) == 1
     assert _layer_of("edgegw.x", table) == 0
     assert _layer_of("edgegw.q", table) is None
+
+
+FEATURES = ("local", "models", "telemetry", "auth", "mcp", "routing", "guardrails")
+# What a feature may use of another: telemetry's recorder, which every feature reports to.
+SHARED = {"edgegw.telemetry.recording"}
+
+
+def test_no_feature_imports_another_features_code() -> None:
+    """Features are joined by the routes (edgegw.routes), never by each other."""
+    crossing = []
+    for module, deps in _graph(typing=False).items():
+        parts = module.split(".")
+        if len(parts) < 2 or parts[1] not in FEATURES:
+            continue
+        for dep in deps - SHARED:
+            theirs = dep.split(".")
+            if len(theirs) > 1 and theirs[1] in FEATURES and theirs[1] != parts[1]:
+                crossing.append(f"{module} imports {dep}")
+    assert crossing == []

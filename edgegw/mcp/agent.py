@@ -29,7 +29,6 @@ from edgegw._core import ParsedRequest
 from edgegw.asgi import Call
 from edgegw.errors import Headers, fail
 from edgegw.exchange import Outcome
-from edgegw.local.serve import NoLocalWorker
 from edgegw.mcp.models import Model, Unserved
 from edgegw.mcp.state import MAX_ROUNDS, Agent, ToolCheck, refuse_prefixed, rounds_exhausted
 from edgegw.mcp.stream import run_stream
@@ -65,11 +64,11 @@ async def run(
     *,
     inspect: Inspect | None = None,
     tool_check: ToolCheck | None = None,
-) -> Outcome | NoLocalWorker:
+) -> Outcome | Unserved:
     """A chat request with MCP tools (module doc). `first` is the first round's body, the
-    tools added. A local model no worker can take in the first round answers
-    NoLocalWorker, for the route to decide (nothing reached the client); in a later round,
-    the local refusal. `inspect` sees the final non-streaming answer before the client
+    tools added. A local model no worker can take in the first round answers `Unserved`,
+    for the route to decide (nothing reached the client); in a later round, the local
+    refusal. `inspect` sees the final non-streaming answer before the client
     (the guardrails' post_call); `tool_check` every MCP call (tool_args, tool_output)."""
     agent = Agent(mcp, offered, first, trace=call.trace, check=tool_check)
     try:
@@ -78,7 +77,7 @@ async def run(
         return await _whole(agent, model, exchanges, call, response_headers, inspect)
     except Unserved as e:
         if agent.rounds <= 1:
-            return e.unserved
+            return e
         raise e.refusal from None
 
 

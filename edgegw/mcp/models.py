@@ -1,25 +1,21 @@
-"""The model the MCP loop calls each round: a remote provider (`RemoteModel`, through the
-exchanges as any relayed request) or a local model (`LocalModel`, through
-edgegw.local.serve, the SIE shapes and worker choice included). Both answer a round the
-same way: `answer(body)` for a whole answer, `stream(body, client, turn)` for a streamed
-one relayed to the client as it comes (edgegw.mcp.stream)."""
+"""The model the MCP loop calls each round (`Model`): a remote provider (`RemoteModel`,
+through the exchanges as any relayed request) or a local model (the route's
+edgegw.routes.mcp_local.LocalWorkerModel, which raises `Unserved` when no worker can take
+a round). Both answer a round the same way: `answer(body)` for a whole answer,
+`stream(body, client, turn)` for a streamed one relayed to the client as it comes
+(edgegw.mcp.stream)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
-from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError, parse_chat_request
+from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
 from edgegw.bodies import read_whole, scrub, stream_decoder
 from edgegw.errors import GatewayError, Headers, upstream_error
 from edgegw.exchange import Ending, StreamState
-from edgegw.local import fallback as local_fallback
-from edgegw.local import serve as local
-from edgegw.local.contract import LocalRequest
-from edgegw.local.fleet import Fleet, LocalRuntime
 from edgegw.mcp.rounds import ClientStream, Round
 from edgegw.relay import MAX_ERROR_BODY, Exchanges, UpstreamRequest, next_piece
 from edgegw.upstream import Response
@@ -31,12 +27,12 @@ Answer = tuple[list[tuple[bytes, bytes]], bytes]
 
 
 class Unserved(Exception):
-    """No local worker could take a round (`local.NoLocalWorker`), and the local refusal
-    that answers it when the stream can no longer fall back."""
+    """No worker could take a round (a local model's `reason`, SIE's fallback reason), and
+    the refusal that answers it once the stream can no longer fall back."""
 
-    def __init__(self, unserved: local.NoLocalWorker, refusal: GatewayError) -> None:
-        super().__init__(unserved.reason)
-        self.unserved = unserved
+    def __init__(self, reason: str, refusal: GatewayError) -> None:
+        super().__init__(reason)
+        self.reason = reason
         self.refusal = refusal
 
 
@@ -130,89 +126,3 @@ async def _upstream_error(resp: Response, secret: bytes | None, ex: Exchanges) -
     finally:
         ex.budget.give(charge)
     return upstream_error(resp.status, resp.headers, scrub(payload, secret))
-
-
-@dataclass
-class LocalModel:
-    """A local model's round: the body parsed and checked as a client's request would be
-    (edgegw.local.contract), then served by local.serve into a capture instead of the
-    client. A round no worker can take raises `Unserved`."""
-
-    exchanges: Exchanges
-    fleet: Fleet
-    rt: LocalRuntime
-    check: Callable[[ParsedRequest], LocalRequest]
-
-    async def answer(self, call: Call, body: bytes) -> Answer | None:
-        capture = _Capture()
-        outcome = await self._serve(call, body, capture.send)
-        if outcome.client_gone:
-            return None
-        return capture.headers, b"".join(capture.body)
-
-    async def stream(self, call: Call, body: bytes, client: ClientStream, turn: Round) -> bool:
-        sink = _StreamSink(client, turn)
-        try:
-            outcome = await self._serve(call, body, sink.send)
-        except GatewayError as e:
-            if not client.started:
-                raise
-            await client.fail(e.code, e.message)
-            return False
-        if outcome.client_gone:
-            client.outcome.client_gone = True
-            return False
-        if outcome.error is not None:
-            # SIE's final chunk went out; the stream ends with the one [DONE].
-            client.outcome.error = outcome.error
-            await client.close(b"data: [DONE]\n\n")
-            return False
-        return True
-
-    async def _serve(self, call: Call, body: bytes, send: Any) -> Any:
-        req = parse_chat_request(body)
-        lreq = self.check(req)
-        served = await local.serve(
-            self.exchanges, self.fleet, call.answered_into(send), req, self.rt, lreq
-        )
-        if isinstance(served, local.NoLocalWorker):
-            raise Unserved(served, local_fallback.refusal(self.rt, served.reason))
-        return served
-
-
-@dataclass
-class _Capture:
-    """A whole local answer, as local.serve sends it."""
-
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    body: list[bytes] = field(default_factory=list)
-
-    async def send(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            self.headers = [h for h in message["headers"] if h[0] != b"content-length"]
-        else:
-            self.body.append(message.get("body", b""))
-
-
-@dataclass
-class _StreamSink:
-    """A local round's stream, as local.serve sends it, relayed to the client: the head
-    once (the first round's), every event but `[DONE]`, keep-alive comments."""
-
-    client: ClientStream
-    turn: Round
-    splitter: SseSplitter = field(default_factory=SseSplitter)
-
-    async def send(self, message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            if not self.client.started:
-                await self.client.start(message["headers"], whole=True)
-            return
-        data = message.get("body", b"")
-        if not data:
-            return
-        out = self.turn.relay(self.splitter.feed(data), self.client.outcome)
-        if not out and data.startswith(b":"):
-            out = data  # a keep-alive comment while the worker is silent
-        if out:
-            await self.client.write(out)

@@ -23,11 +23,12 @@ from edgegw.local.contract import (
 )
 from edgegw.local.fleet import LocalRuntime
 from edgegw.mcp import agent as mcp_agent
-from edgegw.mcp.models import LocalModel, RemoteModel
+from edgegw.mcp.models import RemoteModel, Unserved
 from edgegw.mcp.tools import Offered
 from edgegw.providers import provider_body
 from edgegw.relay import RetryScope, UpstreamRequest
 from edgegw.resolve import Remote
+from edgegw.routes.mcp_local import LocalWorkerModel
 from edgegw.routing.router import Screen
 
 log = logging.getLogger("edgegw.app")
@@ -176,10 +177,10 @@ async def local_mcp(
     """A local chat request with MCP tools: every round served as the client's request is,
     checked by the SIE contract (the tools added count against the profile's caps)."""
     assert gw.mcp is not None
-    model = LocalModel(gw.exchanges, gw.fleet, rt, local_check(gw, call, rt, forbid))
+    model = LocalWorkerModel(gw.exchanges, gw.fleet, rt, local_check(gw, call, rt, forbid))
     first = req.upstream_body(req.model, tools=offered.json, keep=LOCAL_MESSAGE_MEMBERS)
     guard = request_guard(gw, call, req)
-    return await mcp_agent.run(
+    served = await mcp_agent.run(
         gw.exchanges,
         gw.mcp,
         offered,
@@ -190,6 +191,7 @@ async def local_mcp(
         response_headers,
         tool_check=None if guard is None else guard.tool,
     )
+    return local.NoLocalWorker(served.reason) if isinstance(served, Unserved) else served
 
 
 def request_guard(gw: Gateway, call: Call, req: ParsedRequest) -> RequestGuard | None:
