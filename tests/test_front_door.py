@@ -24,6 +24,7 @@ from edgegw.bench.mock import MockUpstream
 from edgegw.http1.limits import MAX_HANDSHAKES
 
 from .conftest import start_gateway, upstream_env
+from .tls import cert_env, trusting
 
 
 @pytest.fixture(scope="module")
@@ -33,18 +34,12 @@ def ca() -> trustme.CA:
 
 @pytest.fixture
 def tls_env(ca: trustme.CA, tmp_path: Path) -> dict[str, str]:
-    leaf = ca.issue_cert("127.0.0.1")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-    key.write_bytes(leaf.private_key_pem.bytes())
-    return {"SERVER_TLS_CERT_PATH": str(cert), "SERVER_TLS_KEY_PATH": str(key)}
+    return cert_env(ca, tmp_path)
 
 
 @pytest.fixture
 def client_ctx(ca: trustme.CA) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
-    return ctx
+    return trusting(ca)
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from edgegw.settings import Settings
 
 from .conftest import UPSTREAM_KEY, Gateway, upstream_env
 from .conftest import start_gateway as start_plain
+from .tls import cert_env, trusting
 
 CLOSE = b"Connection: close"
 CHAT = orjson.dumps({"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]})
@@ -104,15 +105,8 @@ def _listener(
         LISTENER = Listener()
     else:
         ca = trustme.CA()
-        leaf = ca.issue_cert("127.0.0.1")
-        where = tmp_path_factory.mktemp("tls")
-        cert, key = where / "cert.pem", where / "key.pem"
-        cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-        key.write_bytes(leaf.private_key_pem.bytes())
-        client = ssl.create_default_context()
-        ca.configure_trust(client)
-        env = {"SERVER_TLS_CERT_PATH": str(cert), "SERVER_TLS_KEY_PATH": str(key)}
-        LISTENER = Listener("https", env, client)
+        env = cert_env(ca, tmp_path_factory.mktemp("tls"))
+        LISTENER = Listener("https", env, trusting(ca))
     yield
     LISTENER = Listener()
 

@@ -25,6 +25,7 @@ from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings, SettingsError
 
 from .conftest import UPSTREAM_KEY, Gateway, start_gateway, upstream_env
+from .tls import cert_env, trusting
 
 CHAT = {"model": "openai/mock", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -36,18 +37,12 @@ def ca() -> trustme.CA:
 
 @pytest.fixture
 def cert_files(ca: trustme.CA, tmp_path: Path) -> dict[str, str]:
-    leaf = ca.issue_cert("127.0.0.1", "localhost")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
-    key.write_bytes(leaf.private_key_pem.bytes())
-    return {"SERVER_TLS_CERT_PATH": str(cert), "SERVER_TLS_KEY_PATH": str(key)}
+    return cert_env(ca, tmp_path, "127.0.0.1", "localhost")
 
 
 @pytest.fixture
 def client_ctx(ca: trustme.CA) -> ssl.SSLContext:
-    ctx = ssl.create_default_context()
-    ca.configure_trust(ctx)
-    return ctx
+    return trusting(ca)
 
 
 async def https_gateway(

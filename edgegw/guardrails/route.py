@@ -78,25 +78,19 @@ class RequestGuard:
     ) -> tuple[bytes, Headers]:
         """The body to forward and the headers the decision adds; a block is raised.
         `form`: the body is a multipart form whose text fields these are."""
-        g = self.guardrails
-        if form is None:
-            return await g.pre_call(
-                method=self.method,
-                path=self.path,
-                body=body,
-                model=self.model,
-                identity=self.identity,
-                api=self.api.name,
-            )
-        return await g.pre_call(
+        shown: dict[str, Any] = (
+            {}
+            if form is None
+            else {"shown": _form_text(body, form), "redact": lambda b: _form_redacted(b, form)}
+        )
+        return await self.guardrails.pre_call(
             method=self.method,
             path=self.path,
             body=body,
             model=self.model,
             identity=self.identity,
             api=self.api.name,
-            shown=_form_text(body, form),
-            redact=lambda b: _form_redacted(b, form),
+            **shown,
         )
 
     async def post_call(self, payload: bytes) -> tuple[bytes, Headers]:
