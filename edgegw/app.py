@@ -2,11 +2,13 @@
 
 The request pipeline, in order:
   1. route by exact path, then method (404 / 405 in the envelope);
-  2. refuse new work while draining (503 `shutting_down`, `Connection: close`);
-  3. client authentication when `EDGEGW_API_KEYS` is set or `AUTH_ENABLED` (every route
-     but /health): a client key, or an OIDC bearer token (edgegw.auth), either passes;
-  4. the in-flight bound (503 `overloaded` + `Retry-After` at once);
-  5. the route (edgegw/routes/): it reads and validates its body, resolves its target
+  2. the probes, /health and /ready, answered at once (edgegw.routes.probes);
+  3. refuse new work while draining (503 `shutting_down`, `Connection: close`);
+  4. client authentication when `EDGEGW_API_KEYS` is set or `AUTH_ENABLED`: a client
+     key, or an OIDC bearer token (edgegw.auth), either passes;
+  5. the body read whole (edgegw.intake), then the in-flight bound (503 `overloaded` +
+     `Retry-After` at once);
+  6. the route (edgegw/routes/): it reads and validates its body, resolves its target
      (edgegw.resolve) and runs its exchange (edgegw.exchange), given the request-independent
      `Gateway` context and the request's `Call`.
 
@@ -41,21 +43,16 @@ from edgegw.errors import (
 )
 from edgegw.gateway import Gateway
 from edgegw.logs import access_line
-from edgegw.routes import generation, mcp, metrics, models, native, proxy
+from edgegw.routes import generation, mcp, metrics, models, native, probes, proxy
 
 log = logging.getLogger("edgegw.app")
-
-HEALTH_BODY = b'{"message":"OK"}'
 
 Handler = Callable[[Gateway, Call], Coroutine[Any, Any, None]]
 
 
-async def health(gw: Gateway, call: Call) -> None:
-    await call.respond_json(200, HEALTH_BODY)
-
-
 ROUTES: dict[str, dict[str, Handler]] = {
-    "/health": {"GET": health},
+    "/health": {"GET": probes.health},
+    "/ready": {"GET": probes.ready},
     "/v1/chat/completions": {"POST": generation.chat_completions},
     "/v1/completions": {"POST": generation.completions},
     "/v1/models": {"GET": models.list_models},
@@ -74,7 +71,9 @@ ERROR_SHAPES: dict[str, ErrorShape] = {
     "/v1/responses": RESPONSES_SHAPE,
 }
 # Paths without a server span (probes and metric pushes would drown the traces).
-UNTRACED = frozenset({"/health", "/v1/metrics"})
+UNTRACED = frozenset({"/health", "/ready", "/v1/metrics"})
+# Kubernetes' probes (edgegw.routes.probes): answered before the drain, keys and the bound.
+PROBES = frozenset({"/health", "/ready"})
 
 
 class App:
@@ -142,6 +141,9 @@ class App:
         if handler is None:
             allow = ", ".join(sorted(methods)).encode()
             raise fail("method_not_allowed", "Method not allowed", headers=((b"allow", allow),))
+        if path in PROBES:  # no key, no bound; /ready says when draining
+            await handler(gw, call)
+            return
         load = gw.load
         if load.draining:
             raise fail(
@@ -149,9 +151,6 @@ class App:
                 "The gateway is shutting down; retry on a new connection.",
                 headers=((b"connection", b"close"), (b"retry-after", b"1")),
             )
-        if path == "/health":
-            await handler(gw, call)
-            return
         if gw.client_keys.required or gw.verifier is not None:
             if call.trace is None:
                 await self._authenticate(call)
