@@ -9,7 +9,7 @@ cancels the scope, and the cancellation closes the upstream connection. Most req
 finish in milliseconds, so watchers are not spawned per request: a sweeper started by
 `serve()` gives one to every exchange still running after `WATCH_DELAY_S`. A disconnect is
 therefore acted on within 2 x WATCH_DELAY_S, and a fast request pays a dict insert instead
-of a nursery and a task (about 35 µs of CPU on the reference machine; bench/README.md).
+of a nursery and a task (bench/README.md has the cost).
 
 Every stream is written by one `SseWriter`, whose state (head pending / streaming /
 ended) decides how a failure ends it: before the head, an error answer; after it, one

@@ -70,8 +70,8 @@ class Redacting(logging.Formatter):
 def redact(text: str, exact: re.Pattern[str] | None = None) -> str:
     if exact is not None:
         text = exact.sub(REDACTED, text)
-    # SECRET_SHAPES tries its lookbehinds at every position: 22 µs over an access line, where
-    # these three substring tests (what any match must contain) cost under 1 µs.
+    # SECRET_SHAPES tries its lookbehinds at every position; these substring tests (what any
+    # match must contain) are a small fraction of that (bench/README.md).
     low = text.lower()
     if "bearer " in low or "sk-" in low or "api_key=" in low:
         text = SECRET_SHAPES.sub(REDACTED, text)

@@ -227,7 +227,7 @@ class Server:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_head_bytes)
         try:
             while True:
-                if limits.cycle_timeout_s == math.inf:  # a cancel scope costs ~10 µs a cycle
+                if limits.cycle_timeout_s == math.inf:  # no scope to pay for when unbounded
                     served = await self._serve_cycle(stream, conn)
                 else:
                     served = False

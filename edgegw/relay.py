@@ -12,8 +12,7 @@ Remote streams are relayed as the upstream's bytes, unchanged, and only *tapped*
 the Rust `SseSplitter` (`feed_tapped`: the count, `[DONE]`, and the data of the events with
 usage, tool calls or a finish reason). The one exception: usage the gateway asked for and
 the client did not (`UpstreamRequest.hidden_usage`) is read and withheld, so a piece that
-carries it is written again from its events without it (once per stream, about 6 µs at
-load 3.6). An upstream error answer becomes the envelope with the
+carries it is written again from its events without it (once per stream). An upstream error answer becomes the envelope with the
 upstream's status (`upstream_error`), or is relayed as sent on the native-API routes
 (`raw_errors`).
 """
@@ -294,7 +293,7 @@ class Exchanges:
                 withheld = False
                 try:
                     # Only the events the tap reads come back as objects (a few a stream):
-                    # 4.3 -> 1.5 µs a relayed event, split and tap (bench/sse_tap.py).
+                    # (the tap's cost: bench/README.md).
                     n, done, tapped = splitter.feed_tapped(chunk)
                 except UpstreamProtocolError as e:
                     await writer.fail(e.code, str(e))
@@ -328,8 +327,7 @@ class Exchanges:
                     # Whole events: a key quoted in one cannot be split across two sends.
                     if outcome.done and not held and resp.complete:
                         # [DONE] with the upstream's end: the last events and the terminator in
-                        # one client send. bench llm --baseline, 64 streams, load 4-5: 371 vs 401
-                        # µs CPU/event, lower each round; to re-run quiet (bench/README.md).
+                        # one client send, one system call fewer a stream (bench/README.md).
                         await writer.close(scrub(data, secret))
                         return
                     await writer.write(scrub(data, secret))

@@ -1,11 +1,10 @@
 """The upstream HTTP/1.1 client: a small keep-alive pool on Trio.
 
 Requests are written as bytes in one `send_all` (a body past JOINED_BODY_BYTES in a second:
-copying it after the head cost more than the second system call); responses are framed by the Rust core's
-`ResponseParser` (httparse underneath). h11 did this job first; it cost 43 µs of CPU per
-exchange on the reference machine, a third of all the gateway added to a proxied request,
-and was replaced for that reason (numbers in bench/README.md, "upstream client").
-It was chosen over httpcore's Trio pool by measurement as well (same section).
+copying it after the head cost more than the second system call); responses are framed by
+the Rust core's `ResponseParser` (httparse underneath), which replaced h11 here, and the pool
+was chosen over httpcore's Trio pool, both by measurement (bench/README.md, "upstream
+client").
 
 TLS is `trio.SSLStream`. A connection goes back to the pool only after a whole response
 was read and the response allows reuse (not framed both by chunks and by length); a

@@ -27,23 +27,11 @@ Codes (stable): `missing_token`, `invalid_token`, `token_expired`, `token_not_ye
 The message says which check failed, in edgegw's words: PyJWT's own messages (which can
 quote the key) never reach a client or the log, and neither does the token.
 
-Cost (`python -m bench.oidc`: µs per verify, median of 5 x 2,000, one core of the 2-vCPU
-shared machine, CPython 3.11.7, PyJWT 2.15.1, cryptography 50; three runs on 2026-12-01 under
-load averages 2.7-4.1 from other work, hence the spread):
-
-    algorithm          token bytes   cold (full verify)   cached (hit)   PyJWT decode alone
-    RS256 (2048-bit)   697           256-508              2.9-6.8        185-411
-    PS256 (2048-bit)   697           214-481              1.7-4.0        248-358
-    ES256 (P-256)      441           284-481              2.4-3.5        261-395
-    EdDSA (Ed25519)    441           398-501              2.3-2.7        358-466
-
-Under cProfile, 60 % of a cold verify is PyJWT's base64url screening (a Python generator
-over every character of each segment), 10 % the RSA signature check itself. Everything
-else edgegw adds to a proxied request is ~120-150 µs (bench/README.md "Where the time
-goes"), so a full verify on every request would about double the gateway's own cost.
+A full verify costs about as much as everything else edgegw adds to a proxied request (most
+of it PyJWT's base64url screening; the figures per algorithm: bench/README.md, "OIDC").
 Hence the verified-token cache: an LRU of TOKEN_CACHE_SIZE entries keyed by the SHA-256 of
 the token, each valid until the token's `exp` (never past it) and only while the key that
-verified it is still in the issuer's set; a hit costs 2-7 µs. Refused tokens are not
+verified it is still in the issuer's set; a hit costs a hash and a lookup. Refused tokens are not
 cached (a garbage token costs at most a header parse; one that parses costs a cold verify).
 """
 

@@ -15,27 +15,18 @@ the general one; retries of 429, 502, 503, 504 and lost connections with backoff
 (jitter 0.8-1.2) or the collector's Retry-After, at most MAX_RETRIES tries within the
 export timeout.
 
-Why not the SDK's exporter. Its `BatchSpanProcessor`, `ReadableSpan` and Python protobuf
-encoder were the first bottleneck: four spans a request (server, parse, route, upstream
-attempt), in process (bench.tracing_encode, 1,024 requests in batches of 512, load 4.2-6.0):
-`ReadableSpan` + `encode_spans` + serialization 341 µs per request, the tuple +
-`encode_otlp_spans` 16 µs, the same 1,021,576 bytes. What remained was its HTTP client
-(`requests`), which blocks, so it ran on a thread of its own: through a gateway on a quiet
-machine (bench.tracing, 2026-12-02 02:21 UTC, load 0.1-1.8) tracing every request then cost
-+858 µs of server CPU per request (+117 %), and py-spy showed the time in neither encoder
-nor client but in the two threads handing the GIL back and forth: the event loop releases it
-at every system call, the export thread takes it, and each socket call of the loop cost 3-10x
-more. The same spans posted from the event loop, as here, cost what bench/README.md shows.
+Why not the SDK's exporter: its `ReadableSpan` and Python protobuf encoder cost many times the
+core's encoder for the same bytes, and its blocking HTTP client needed a thread of its own,
+whose hand-offs of the GIL with the event loop made every socket call of the loop dearer:
+tracing every request more than doubled the gateway's CPU per request. The same spans posted
+from the event loop, as here, cost a small share of it (bench/README.md, "Tracing").
 
 OTEL_BSP_SCHEDULE_DELAY (default 5000 ms) is honoured as the SDK's processor did: a batch
 leaves when a full batch (512 spans, edgegw.telemetry.tracing) waits or the delay has passed.
 
-A request's spans are encoded when it ends, not a batch at once: in a gateway under load
-(2026-12-02, a closed loop of 32 connections), encoding a batch of 512 span tuples took
-3.7 ms of the event loop (29 µs a request, against 12 µs in bench.tracing_encode, whose
-spans share their strings and stay in the cache), a stall for every stream the loop relays.
-One call a request rather than one a span: each span encoded on its own cost 7.2 µs
-(wall, in the same gateway).
+A request's spans are encoded when it ends, not a batch at once: a batch encoded at once
+stalled the event loop, and so every stream it relays, for milliseconds; one call a request
+rather than one a span, since a call a span cost more than the encoding (bench/README.md).
 """
 
 from __future__ import annotations
@@ -201,9 +192,8 @@ _TRACESTATE_MAX = 512
 def read_parent(headers: Sequence[tuple[bytes, bytes]]) -> Parent | None:
     """A client's `traceparent` and `tracestate` (the last of each, as the SDK's dict
     carrier kept them) read by the rules of the SDK's W3C propagator, which is what
-    tests/test_traceparent.py checks this against: its `extract` cost 21.6 µs a request in
-    process (a context, a span and a `SpanContext` made to carry four fields;
-    bench/README.md). The `traceparent` is read by the core (`read_traceparent`, the
+    tests/test_traceparent.py checks this against: its `extract` made a context, a span and a
+    `SpanContext` to carry four fields (its cost: bench/README.md). The `traceparent` is read by the core (`read_traceparent`, the
     propagator's pattern and rules in Rust: one call, no regex), `tracestate` by the SDK's
     `TraceState` (`trace_state`)."""
     got = read_traceparent(headers)

@@ -154,9 +154,9 @@ class Telemetry:
         self, operation: str, provider: str, model: str, status: int
     ) -> tuple[Labels, Labels, tuple[Labels, Labels]]:
         """A request's label sets (with its error type; without; by token type, input and
-        output). Sorting them was most of what recording a request cost (28 µs in process,
-        twice that under load; bench/README.md): the few in use are kept, the cache
-        cleared whenever it fills, as for the guardrails' label sets."""
+        output). Sorting them was most of what recording a request cost (bench/README.md):
+        the few in use are kept, the cache cleared whenever it fills, as for the
+        guardrails' label sets."""
         seen = (operation, provider, model, status if status >= 400 else 0)
         found = self._generation_keys.get(seen)
         if found is not None:
