@@ -1,20 +1,17 @@
-"""Running an exchange with a remote provider: a whole answer (`forward`), an SSE stream
-(`relay_sse`) or raw bytes (`relay_raw`, for /proxy; `relay_judged` for a /proxy request
-the guardrails judge), each inside `Exchanges.open()`. A whole 2xx answer may be looked at
-before the client gets it (`Inspect`), a stream's events before each relay (`StreamCheck`):
-the guardrails' post_call.
+"""Running an exchange with a remote provider, its steps in one order written once: a whole
+answer (`read_answer`: open, send, screen, allow, read, close) and a stream into a sink
+(`stream`: open, send, screen, the refusal or the head, the pump of edgegw.pump, close), on
+which the rest is built: `forward` and `relay_sse` for the generation routes, the MCP
+loop's rounds (edgegw.mcp.models), and /proxy's `relay_raw` and `relay_judged` (a request
+the guardrails judge). A whole 2xx answer may be looked at before the client gets it
+(`Inspect`), a stream's events before each relay (`StreamCheck`): the guardrails' post_call.
 
-Longer than the guide because every exchange with a remote provider keeps its order (open,
-send, screen, allow, relay, settle) here, written once; /proxy's two relays would be the
-first to move to a module of their own.
+Longer than the guide because every exchange with a remote provider keeps its order here;
+/proxy's two relays would be the first to move to a module of their own.
 
-Remote streams are relayed as the upstream's bytes, unchanged, and only *tapped* through
-the Rust `SseSplitter` (`feed_tapped`: the count, `[DONE]`, and the data of the events with
-usage, tool calls or a finish reason). The one exception: usage the gateway asked for and
-the client did not (`UpstreamRequest.hidden_usage`) is read and withheld, so a piece that
-carries it is written again from its events without it (once per stream). An upstream error answer becomes the envelope with the
-upstream's status (`upstream_error`), or is relayed as sent on the native-API routes
-(`raw_errors`).
+Remote streams are relayed as the upstream's bytes, unchanged, and only *tapped*
+(edgegw.pump.RelaySink). An upstream error answer becomes the envelope with the upstream's
+status (`upstream_error`), or is relayed as sent on the native-API routes (`raw_errors`).
 """
 
 from __future__ import annotations
@@ -24,21 +21,21 @@ import math
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
-from edgegw._core import SseSplitter, UpstreamProtocolError
 from edgegw.asgi import Call
-from edgegw.bodies import BufferBudget, Decoder, Scrubber, read_whole, scrub, stream_decoder
-from edgegw.errors import GatewayError, Headers, fail, upstream_error
+from edgegw.bodies import BufferBudget, Scrubber, read_whole, scrub
+from edgegw.errors import GatewayError, Headers, upstream_error
 from edgegw.exchange import DisconnectWatch, Exchange, Outcome, SseWriter
+from edgegw.pump import RelaySink, Sink, StreamCheck, pump
 from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
-from edgegw.tap import TAP_WHOLE_MAX, TAPS, has_usage, usage_of, without_usage
+from edgegw.tap import TAP_WHOLE_MAX, TAPS, usage_of
 from edgegw.upstream import Origin, Response, UpstreamPool
 
 if TYPE_CHECKING:
-    from edgegw.telemetry.tracing import Completion
+    pass
 
 log = logging.getLogger("edgegw.streaming")
 
@@ -48,16 +45,6 @@ MAX_ERROR_BODY = 1 << 20
 # A look at a whole 2xx answer before the client gets it: (the body to send, headers to
 # add); raising answers the error instead.
 Inspect = Callable[[bytes], Awaitable[tuple[bytes, Headers]]]
-
-
-class StreamCheck(Protocol):
-    """A look at a stream's whole events before they are relayed (the guardrails'
-    post_call, edgegw.guardrails.route.StreamGuard): None relays them; an error ends the
-    stream with its error event instead, and nothing more is relayed."""
-
-    async def events(self, data: bytes) -> GatewayError | None: ...
-
-    async def end(self) -> GatewayError | None: ...
 
 
 @dataclass(slots=True)
@@ -207,6 +194,41 @@ class Exchanges:
             raise
         return resp, payload, charge
 
+    async def stream(
+        self,
+        call: Call,
+        up: UpstreamRequest,
+        sink: Sink,
+        *,
+        start: Callable[[Response], Awaitable[None]],
+        refused: Callable[[Response], Awaitable[None]],
+    ) -> Exchange:
+        """The stream operation, its steps in this order: open (the first-byte deadline),
+        send, screen; an answer that is no stream (not 2xx) goes to `refused`, its body
+        read within the idle deadline; else `start` (the head to the client) and the pump
+        into `sink`, silence bounded per piece; the response closed. The exchange is
+        returned for the caller's writer to settle."""
+        with self.open(call, self.first_byte_timeout_s) as ex:
+            resp = await self.send(call, up)
+            try:
+                if up.screen is not None:
+                    up.screen(resp)
+                if not 200 <= resp.status < 300:
+                    ex.allow(self.idle_timeout_s)
+                    await refused(resp)
+                    return ex
+                ex.scope.deadline = math.inf  # from here on only silence is bounded
+                await start(resp)
+                try:
+                    await pump(resp, sink, self.idle_timeout_s)
+                except Exception:
+                    # The head is out: the only honest end left is an error event.
+                    log.exception("stream relay failed")
+                    await sink.fail("internal_error", "internal error")
+            finally:
+                await resp.aclose()
+        return ex
+
     async def relay_sse(
         self,
         call: Call,
@@ -221,126 +243,25 @@ class Exchanges:
         the envelope (as the upstream sent it, with `raw_errors`)."""
         outcome = Outcome()
         writer = SseWriter(call.send, outcome, response_headers, call.errors)
-        with self.open(call, self.first_byte_timeout_s) as ex:
-            resp = await self.send(call, up)
-            try:
-                if up.screen is not None:
-                    up.screen(resp)
-                if not 200 <= resp.status < 300:
-                    ex.allow(self.idle_timeout_s)
-                    payload = await _error_body(resp, up.secret, self.budget)
-                    if not raw_errors:
-                        raise upstream_error(resp.status, resp.headers, payload)
-                    outcome.status = resp.status
-                    await _send_raw(call, resp.status, resp.headers, payload)
-                    return outcome
-                # From here on only silence is bounded (per chunk, in _pump).
-                ex.scope.deadline = float("inf")
-                await writer.start()
-                completion = None if call.trace is None else call.trace.completion
-                try:
-                    await self._pump(
-                        resp, writer, outcome, up.secret, up.hidden_usage, completion, check
-                    )
-                except Exception:
-                    # The head is out: the only honest end left is an error event.
-                    log.exception("stream relay failed")
-                    await writer.fail("internal_error", "internal error")
-            finally:
-                await resp.aclose()
-        await writer.settle(ex)
-        return outcome
+        completion = None if call.trace is None else call.trace.completion
+        sink = RelaySink(writer, outcome, up.secret, up.hidden_usage, completion, check)
+        refusal: list[Response] = []
 
-    async def _pump(
-        self,
-        resp: Response,
-        writer: SseWriter,
-        outcome: Outcome,
-        secret: bytes | None,
-        hidden_usage: bool = False,
-        completion: Completion | None = None,
-        check: StreamCheck | None = None,
-    ) -> None:
-        """`completion`: fed each event's data, with TELEMETRY_TRACING_CONTENT; `check`:
-        sees the whole events of each piece before they are relayed, and the end."""
-        splitter = SseSplitter()
-        tap = TAPS[writer.shape.name]
-        idle = self.idle_timeout_s
-        decoder = stream_decoder(resp.header(b"content-encoding"))
-        # Bytes of an event not yet complete: only whole events are relayed, so a stream
-        # cut mid-event ends with the error event on a line of its own.
-        held = b""
-        # One scope for the stream's silences, its deadline moved before each read, rather
-        # than a `fail_after` a piece: a CancelScope, its CancelStatus and their sets a
-        # relayed event, kept alive in trio's deadline heap until pruned, were a tenth of
-        # the objects each young-generation collection walked (bench/README.md).
-        stall = trio.CancelScope()
-        with stall:
-            while True:
-                stall.deadline = trio.current_time() + idle
-                try:
-                    raw = await resp.receive_chunk()
-                    chunk = decoder.feed(raw) if raw else None
-                except GatewayError as e:
-                    stall.deadline = math.inf
-                    await writer.fail(e.code, e.message)
-                    return
-                stall.deadline = math.inf
-                if chunk is None:
-                    break
-                if not chunk:
-                    continue
-                withheld = False
-                try:
-                    # Only the events the tap reads come back as objects (a few a stream):
-                    # (the tap's cost: bench/README.md).
-                    n, done, tapped = splitter.feed_tapped(chunk)
-                except UpstreamProtocolError as e:
-                    await writer.fail(e.code, str(e))
-                    return
-                outcome.events += n
-                if done:
-                    outcome.done = True
-                for data in tapped:
-                    tap(data, outcome, "delta")
-                    withheld = withheld or (hidden_usage and has_usage(data))
-                data = held + chunk if held else chunk
-                pending = splitter.pending
-                if pending:
-                    data, held = data[: len(data) - pending], data[len(data) - pending :]
-                else:
-                    held = b""
-                if withheld:
-                    # Once a stream: its whole events split again, to be written without it.
-                    data = without_usage(SseSplitter().feed(data))
-                if check is not None and data:
-                    stop = await check.events(scrub(data, secret))
-                    if stop is not None:
-                        outcome.events -= n  # withheld: the error event counts what went out
-                        await writer.fail(stop.code, stop.message)
-                        return
-                if completion is not None and data:
-                    # TELEMETRY_TRACING_CONTENT: the events as the client gets them.
-                    for event in SseSplitter().feed(scrub(data, secret)):
-                        completion.delta(event.data)
-                if data:
-                    # Whole events: a key quoted in one cannot be split across two sends.
-                    if outcome.done and not held and resp.complete:
-                        # [DONE] with the upstream's end: the last events and the terminator in
-                        # one client send, one system call fewer a stream (bench/README.md).
-                        await writer.close(scrub(data, secret))
-                        return
-                    await writer.write(scrub(data, secret))
-        if stall.cancelled_caught:
-            await writer.fail("upstream_timeout", "the upstream stream stalled")
-            return
-        if splitter.finish() and not outcome.done:
-            await writer.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
-            return
-        if check is not None and (stop := await check.end()):
-            await writer.fail(stop.code, stop.message)
-            return
-        await writer.close()
+        async def refused(resp: Response) -> None:
+            refusal.append(resp)
+            payload = await error_body(resp, up.secret, self.budget)
+            if not raw_errors:
+                raise upstream_error(resp.status, resp.headers, payload)
+            outcome.status = resp.status
+            await _send_raw(call, resp.status, resp.headers, payload)
+
+        async def start(resp: Response) -> None:
+            await writer.start()
+
+        ex = await self.stream(call, up, sink, start=start, refused=refused)
+        if not refusal:
+            await writer.settle(ex)
+        return outcome
 
     async def relay_raw(
         self,
@@ -399,7 +320,8 @@ class Exchanges:
                     writer = SseWriter(call.send, outcome, tuple(own), call.errors)
                     await writer.start()
                     try:
-                        await self._pump(resp, writer, outcome, up.secret, check=check)
+                        sink = RelaySink(writer, outcome, up.secret, check=check)
+                        await pump(resp, sink, self.idle_timeout_s)
                     except Exception:
                         log.exception("stream relay failed")
                         await writer.fail("internal_error", "internal error")
@@ -435,7 +357,7 @@ class Exchanges:
             if resp.status >= 400 and secret:
                 # An error answer is small: read whole, so the key can be scrubbed.
                 ex.allow(self.idle_timeout_s)
-                payload = await _error_body(resp, secret, self.budget)
+                payload = await error_body(resp, secret, self.budget)
                 headers = [(k, v) for k, v in headers if k not in _REFRAMED]
                 headers.append((b"content-length", b"%d" % len(payload)))
                 await call.respond(resp.status, headers, payload)
@@ -534,18 +456,6 @@ HOP_BY_HOP_RESPONSE_HEADERS = frozenset(
 )
 
 
-async def next_piece(resp: Response, decoder: Decoder, idle_s: float) -> bytes | None:
-    """A stream's next decoded piece (b"" when compressed bytes decoded to nothing yet), or
-    None at its end; silence past `idle_s` is 504 `upstream_timeout`, raised like the
-    transport's own errors, for the caller's writer to end the stream with."""
-    try:
-        with trio.fail_after(idle_s):
-            raw = await resp.receive_chunk()
-    except trio.TooSlowError:
-        raise fail("upstream_timeout", "the upstream stream stalled") from None
-    return decoder.feed(raw) if raw else None
-
-
 async def _send_raw(
     call: Call, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
 ) -> None:
@@ -554,7 +464,7 @@ async def _send_raw(
     await call.respond(status, keep, payload)
 
 
-async def _error_body(resp: Response, secret: bytes | None, budget: BufferBudget) -> bytes:
+async def error_body(resp: Response, secret: bytes | None, budget: BufferBudget) -> bytes:
     """An upstream's error answer, read whole (at most MAX_ERROR_BODY), key scrubbed; b""
     when it cannot be read."""
     charge = 0

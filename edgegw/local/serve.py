@@ -35,7 +35,8 @@ from edgegw.local.sglang import (
     sglang_completions_body,
     worker_error,
 )
-from edgegw.relay import Exchanges, Inspect, StreamCheck, send_traced
+from edgegw.pump import StreamCheck
+from edgegw.relay import Exchanges, Inspect, send_traced
 from edgegw.upstream import Response
 
 if TYPE_CHECKING:

@@ -8,16 +8,16 @@ a round). Both answer a round the same way: `answer(body)` for a whole answer,
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from edgegw._core import SseSplitter, UpstreamProtocolError
+from edgegw._core import SseSplitter
 from edgegw.asgi import Call
-from edgegw.bodies import read_whole, scrub, stream_decoder
+from edgegw.bodies import scrub
 from edgegw.errors import GatewayError, Headers, upstream_error
 from edgegw.exchange import Ending, StreamState
 from edgegw.mcp.rounds import ClientStream, Round
-from edgegw.relay import MAX_ERROR_BODY, Exchanges, UpstreamRequest, next_piece
+from edgegw.relay import Exchanges, UpstreamRequest, error_body
 from edgegw.upstream import Response
 
 log = logging.getLogger("edgegw.streaming")
@@ -68,61 +68,48 @@ class RemoteModel:
     async def stream(self, call: Call, body: bytes, client: ClientStream, turn: Round) -> bool:
         up, ex = self.up, self.exchanges
         up.body = body
-        with ex.open(call, ex.first_byte_timeout_s) as xc:
-            resp = await ex.send(call, up)  # its id and trace context, as every exchange
-            try:
-                if not 200 <= resp.status < 300:
-                    xc.allow(ex.idle_timeout_s)
-                    error = await _upstream_error(resp, up.secret, ex)
-                    if not client.started:
-                        raise error
-                    await client.fail(error.code, error.message)
-                    return False
-                xc.scope.deadline = float("inf")  # from here on only silence is bounded
-                if not client.started:
-                    await client.start(self.headers)
-                try:
-                    await _pump(resp, client, turn, ex.idle_timeout_s, up.secret)
-                except Exception:
-                    log.exception("mcp stream relay failed")
-                    await client.fail("internal_error", "internal error")
-            finally:
-                await resp.aclose()
+        refusal: list[Response] = []
+
+        async def refused(resp: Response) -> None:
+            refusal.append(resp)
+            payload = await error_body(resp, up.secret, ex.budget)
+            error = upstream_error(resp.status, resp.headers, payload)
+            if not client.started:
+                raise error
+            await client.fail(error.code, error.message)
+
+        async def start(resp: Response) -> None:
+            if not client.started:
+                await client.start(self.headers)
+
+        sink = RoundSink(client, turn, up.secret)
+        xc = await ex.stream(call, up, sink, start=start, refused=refused)
+        if refusal:
+            return False
         await client.settle(xc)
         return xc.ending is Ending.COMPLETED and client.state is not StreamState.ENDED
 
 
-async def _pump(
-    resp: Response, client: ClientStream, turn: Round, idle_s: float, secret: bytes | None
-) -> None:
-    splitter = SseSplitter()
-    decoder = stream_decoder(resp.header(b"content-encoding"))
-    while True:
-        try:
-            chunk = await next_piece(resp, decoder, idle_s)
-        except GatewayError as e:
-            await client.fail(e.code, e.message)
-            return
-        if chunk is None:
-            break
-        try:
-            events = splitter.feed(chunk) if chunk else []
-        except UpstreamProtocolError as e:
-            await client.fail(e.code, str(e))
-            return
-        out = turn.relay(events, client.outcome)
+@dataclass(slots=True)
+class RoundSink:
+    """One round's stream (edgegw.pump's sink): its events folded into `turn` and relayed to
+    the client's one stream (each round's `[DONE]` held back by `turn`)."""
+
+    client: ClientStream
+    turn: Round
+    secret: bytes | None
+    splitter: SseSplitter = field(default_factory=SseSplitter)
+
+    async def events(
+        self, data: bytes, n: int, done: bool, tapped: list[bytes], last: bool
+    ) -> bool:
+        out = self.turn.relay(self.splitter.feed(data), self.client.outcome)
         if out:
-            await client.write(scrub(out, secret))
-    if splitter.finish() and not turn.done:
-        await client.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
+            await self.client.write(scrub(out, self.secret))
+        return True
 
+    async def fail(self, code: str, message: str) -> None:
+        await self.client.fail(code, message)
 
-async def _upstream_error(resp: Response, secret: bytes | None, ex: Exchanges) -> GatewayError:
-    charge = 0
-    try:
-        payload, charge = await read_whole(resp, MAX_ERROR_BODY, ex.budget)
-    except GatewayError:
-        payload = b""
-    finally:
-        ex.budget.give(charge)
-    return upstream_error(resp.status, resp.headers, scrub(payload, secret))
+    async def end(self) -> None:
+        """The round is over; the client's stream goes on with the next."""

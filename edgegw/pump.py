@@ -1,0 +1,162 @@
+"""The one pump of an upstream SSE stream, and the sinks it feeds.
+
+`pump(resp, sink, idle_s)` reads the upstream's pieces (decoded), splits them into whole
+events with the Rust `SseSplitter` (`feed_tapped`: their count, whether `[DONE]` came, the
+data of the events a tap reads), and hands the sink only whole events, so a stream cut in
+the middle of one ends with the error event on a line of its own. It ends the stream
+through the sink: `fail` on a transport error, a protocol fault, silence past `idle_s`
+(`upstream_timeout`) or an end in the middle of an event (`upstream_stream_truncated`),
+else `end`.
+
+Sinks: `RelaySink` here, a stream relayed to the client as the upstream's bytes, tapped for
+usage (edgegw.relay's `relay_sse` and the guarded /proxy), and edgegw.mcp.models'
+`RoundSink`, one round of an MCP tool loop folded into the client's one stream.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from edgegw._core import SseSplitter, UpstreamProtocolError
+from edgegw.bodies import scrub, stream_decoder
+from edgegw.errors import GatewayError
+from edgegw.exchange import Outcome, SseWriter
+from edgegw.tap import TAPS, has_usage, without_usage
+from edgegw.upstream import Response
+
+if TYPE_CHECKING:
+    from edgegw.telemetry.tracing import Completion
+
+
+class StreamCheck(Protocol):
+    """A look at a stream's whole events before they are relayed (the guardrails'
+    post_call, edgegw.guardrails.route.StreamGuard): None relays them; an error ends the
+    stream with its error event instead, and nothing more is relayed."""
+
+    async def events(self, data: bytes) -> GatewayError | None: ...
+
+    async def end(self) -> GatewayError | None: ...
+
+
+class Sink(Protocol):
+    async def events(
+        self, data: bytes, n: int, done: bool, tapped: list[bytes], last: bool
+    ) -> bool:
+        """`n` whole events (`data`, their bytes), `done` when `[DONE]` was among them,
+        `tapped` the data of those a tap reads, `last` when the upstream's stream is over
+        with them; False ends the pump (the sink ended the stream)."""
+
+    async def fail(self, code: str, message: str) -> None: ...
+
+    async def end(self) -> None:
+        """The upstream's stream ended whole."""
+
+
+async def pump(resp: Response, sink: Sink, idle_s: float) -> None:
+    splitter = SseSplitter()
+    decoder = stream_decoder(resp.header(b"content-encoding"))
+    held = b""  # bytes of an event not yet complete
+    done = False
+    # One scope for the stream's silences, its deadline moved before each read, rather than
+    # a `fail_after` a piece: a scope a relayed event, kept alive in trio's deadline heap
+    # until pruned, was a tenth of what each young-generation collection walked.
+    stall = trio.CancelScope()
+    with stall:
+        while True:
+            stall.deadline = trio.current_time() + idle_s
+            try:
+                raw = await resp.receive_chunk()
+                chunk = decoder.feed(raw) if raw else None
+            except GatewayError as e:
+                stall.deadline = math.inf
+                await sink.fail(e.code, e.message)
+                return
+            stall.deadline = math.inf
+            if chunk is None:
+                break
+            if not chunk:
+                continue
+            try:
+                # Only the events a tap reads come back as objects (a few a stream).
+                n, piece_done, tapped = splitter.feed_tapped(chunk)
+            except UpstreamProtocolError as e:
+                await sink.fail(e.code, str(e))
+                return
+            done = done or piece_done
+            data = held + chunk if held else chunk
+            pending = splitter.pending
+            if pending:
+                data, held = data[: len(data) - pending], data[len(data) - pending :]
+            else:
+                held = b""
+            last = done and not held and resp.complete
+            if not await sink.events(data, n, piece_done, tapped, last):
+                return
+    if stall.cancelled_caught:
+        await sink.fail("upstream_timeout", "the upstream stream stalled")
+    elif splitter.finish() and not done:
+        await sink.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
+    else:
+        await sink.end()
+
+
+@dataclass(slots=True)
+class RelaySink:
+    """The upstream's events relayed to the client as they came: tapped for usage into
+    `outcome`, usage the gateway asked for and the client did not (`hidden_usage`) withheld,
+    judged by `check` before they go, fed to `completion` (TELEMETRY_TRACING_CONTENT), the
+    provider's key scrubbed."""
+
+    writer: SseWriter
+    outcome: Outcome
+    secret: bytes | None
+    hidden_usage: bool = False
+    completion: Completion | None = None
+    check: StreamCheck | None = None
+
+    async def events(
+        self, data: bytes, n: int, done: bool, tapped: list[bytes], last: bool
+    ) -> bool:
+        outcome, writer, secret = self.outcome, self.writer, self.secret
+        outcome.events += n
+        if done:
+            outcome.done = True
+        tap = TAPS[writer.shape.name]
+        withheld = False
+        for piece in tapped:
+            tap(piece, outcome, "delta")
+            withheld = withheld or (self.hidden_usage and has_usage(piece))
+        if withheld:
+            # Once a stream: its whole events split again, to be written without it.
+            data = without_usage(SseSplitter().feed(data))
+        if not data:
+            return True
+        if self.check is not None:
+            stop = await self.check.events(scrub(data, secret))
+            if stop is not None:
+                outcome.events -= n  # withheld: the error event counts what went out
+                await writer.fail(stop.code, stop.message)
+                return False
+        if self.completion is not None:
+            for event in SseSplitter().feed(scrub(data, secret)):
+                self.completion.delta(event.data)
+        # Whole events: a key quoted in one cannot be split across two sends.
+        if last:
+            # The last events and the terminator in one client send.
+            await writer.close(scrub(data, secret))
+            return False
+        await writer.write(scrub(data, secret))
+        return True
+
+    async def fail(self, code: str, message: str) -> None:
+        await self.writer.fail(code, message)
+
+    async def end(self) -> None:
+        if self.check is not None and (stop := await self.check.end()):
+            await self.writer.fail(stop.code, stop.message)
+            return
+        await self.writer.close()
