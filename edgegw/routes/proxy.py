@@ -24,6 +24,7 @@ from edgegw.guardrails.apis import GuardedApi, proxied_api
 from edgegw.guardrails.route import guard_request
 from edgegw.octets import COLON
 from edgegw.providers import Target
+from edgegw.proxy_relay import relay_judged, relay_raw
 from edgegw.relay import UpstreamRequest
 from edgegw.routes.native import form_fields, multipart_boundary, multipart_parts
 
@@ -148,7 +149,7 @@ async def proxy(gw: Gateway, call: Call) -> None:
     if span is not None:
         span.set_attribute("http.response.status_code", resp.status)
         span.end()
-    await gw.exchanges.relay_raw(call, resp, target.secret)
+    await relay_raw(gw.exchanges, call, resp, target.secret)
 
 
 async def _judged(
@@ -188,6 +189,11 @@ async def _judged(
         method=call.method.encode(),
         secret=target.secret,
     )
-    await gw.exchanges.relay_judged(
-        call, up, check=guard.stream(), inspect=guard.post_call, response_headers=added
+    await relay_judged(
+        gw.exchanges,
+        call,
+        up,
+        check=guard.stream(),
+        inspect=guard.post_call,
+        response_headers=added,
     )
