@@ -124,7 +124,7 @@ def process(
 
 
 def mock_args(port: int, tokens: int = 16, token_rate: float = 0.0) -> list[str]:
-    args = ["-m", "edgegw.bench.mock", "--port", str(port), "--tokens", str(tokens)]
+    args = ["-m", "edgegw.mock", "--port", str(port), "--tokens", str(tokens)]
     if token_rate:
         args += ["--token-rate", str(token_rate)]
     return args

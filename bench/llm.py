@@ -56,12 +56,12 @@ from bench.harness import (
 )
 from bench.peers import LITELLM, litellm
 from edgegw.bench import llm
-from edgegw.bench.mock import MockConfig
+from edgegw.mock import MockConfig
 
 
 def _mock(port: int, m: MockConfig) -> list[str]:
     return [
-        "-m", "edgegw.bench.mock", "--port", str(port), "--tokens", str(m.tokens),
+        "-m", "edgegw.mock", "--port", str(port), "--tokens", str(m.tokens),
         "--token-rate", str(m.token_rate), "--first-token-ms", str(m.first_token_s * 1000),
         "--jitter", str(m.jitter), "--stamp",
     ]  # fmt: skip

@@ -109,7 +109,7 @@ def cmd_pool(ns: argparse.Namespace) -> dict:
     raise_nofile()
     mock_port = free_port()
     args = [
-        "-m", "edgegw.bench.mock", "--port", str(mock_port), "--tokens", str(ns.tokens),
+        "-m", "edgegw.mock", "--port", str(mock_port), "--tokens", str(ns.tokens),
         "--token-rate", str(ns.token_rate), "--first-token-ms", str(ns.first_token_ms),
     ]  # fmt: skip
     origin = Origin.from_url(f"http://127.0.0.1:{mock_port}/v1")

@@ -16,7 +16,7 @@ import trio
 
 from bench import gopeer
 from bench.harness import free_port, wait_port
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 
 from .conftest import in_thread, openai_client, start_gateway
 from .rawhttp import request
