@@ -38,7 +38,13 @@ func runLoad(args []string) error {
 	order := fs.String("slots", "", "with --slot-s: the kind of each slot, a or b (e.g. abba)")
 	slotS := fs.Float64("slot-s", 1, "with --slots: seconds a slot")
 	settleS := fs.Float64("settle-s", 0.1, "with --slots: seconds of a slot not counted")
+	tlsCA := fs.String("tls-ca", "", "HTTPS, trusting the CA certificates of this PEM file")
 	_ = fs.Parse(args)
+	if *tlsCA != "" {
+		if err := useTLS(*tlsCA); err != nil {
+			return err
+		}
+	}
 	if err := loopback(*host); err != nil {
 		return err
 	}
