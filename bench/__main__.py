@@ -53,15 +53,24 @@ SCENARIOS = {
     "capacity": _capacity("capacity", "throughput and streams in one run, every ratio", "summary"),
     "memory": Scenario(
         "RSS idle, per idle connection, under load, soak",
-        memory.add_arguments, memory.run, memory.SMOKE, "kib_per_idle_conn",
+        memory.add_arguments,
+        memory.run,
+        memory.SMOKE,
+        "kib_per_idle_conn",
     ),  # fmt: skip
     "https": Scenario(
         "HTTPS through edgegw.http1's TLS next to plain HTTP",
-        https.add_arguments, https.run, https.SMOKE, "cells",
+        https.add_arguments,
+        https.run,
+        https.SMOKE,
+        "cells",
     ),  # fmt: skip
     "features": Scenario(
         "server CPU a request with tracing, the access log, guardrails, routing on",
-        features.add_arguments, features.run, features.SMOKE, "added",
+        features.add_arguments,
+        features.run,
+        features.SMOKE,
+        "added",
     ),  # fmt: skip
 }
 

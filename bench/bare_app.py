@@ -102,5 +102,6 @@ def main() -> None:
     app = make_app(ns.tokens, ns.upstream)
     trio.run(serve_http1, app, open_listener(f"127.0.0.1:{ns.port}"), ConnectionLimits())
 
+
 if __name__ == "__main__":
     main()

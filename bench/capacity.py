@@ -82,7 +82,11 @@ CELLS = {
 CAPACITY = FAST + WORKERS
 PAUSE_S = 0.5  # between cells
 STEP_PAUSE_S = 2.0  # between steps: the cut streams of the last one are cleaned up
-PHASES = {"throughput": ["fast"], "streams": ["cost", "capacity"], "capacity": ["fast", "cost", "capacity"]}
+PHASES = {
+    "throughput": ["fast"],
+    "streams": ["cost", "capacity"],
+    "capacity": ["fast", "cost", "capacity"],
+}
 
 
 class Rig:
@@ -96,6 +100,9 @@ class Rig:
         self.pid: dict[tuple[str, str], int] = {}
         self.cpus: dict[str, set[int]] = {}
         go = str(binary)
+        # A fast instance of every target for the fast cells, a paced one for the streams.
+        self.kinds = [k for k, ph in (("fast", {"fast"}), ("paced", {"cost", "capacity"}))
+                      if ph & set(ns.phases)]  # fmt: skip
         fast_mock, paced_mock = free_port(), free_port()
         paced = ["--token-rate", str(ns.token_rate), "--first-token-ms", str(ns.first_token_ms),
                  "--jitter", str(ns.jitter), "--stamp"]  # fmt: skip
@@ -108,12 +115,15 @@ class Rig:
             proc = stack.enter_context(process(args, cpu, env, port, exe=exe, ready_s=60))
             self.port[name, kind], self.pid[name, kind] = port, proc.pid
 
-        start(
-            "mock_direct", "fast", ["mock", "--port", str(fast_mock), "--tokens", "200"], CORE_A, go
-        )
-        start("mock_direct", "paced",
-              ["mock", "--port", str(paced_mock), "--tokens", str(ns.tokens), *paced], CORE_A, go)  # fmt: skip
+        if "fast" in self.kinds:
+            start("mock_direct", "fast", ["mock", "--port", str(fast_mock), "--tokens", "200"],
+                  CORE_A, go)  # fmt: skip
+        if "paced" in self.kinds:
+            start("mock_direct", "paced",
+                  ["mock", "--port", str(paced_mock), "--tokens", str(ns.tokens), *paced], CORE_A, go)  # fmt: skip
         for kind, up in (("fast", fast_mock), ("paced", paced_mock)):
+            if kind not in self.kinds:
+                continue
             p = free_port()
             start("go_proxy", kind,
                   ["proxy", "--port", str(p), "--upstream", f"http://127.0.0.1:{up}"], CORE_B, go)  # fmt: skip
@@ -126,7 +136,7 @@ class Rig:
                 p = free_port()
                 start(name, kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B, None,
                       edgegw_env(up, workers))  # fmt: skip
-        for kind in ("fast", "paced"):  # the one worker again, re-pinned for its cells
+        for kind in self.kinds:  # the one worker again, re-pinned for its cells
             self.port["edgegw_w1_unpinned", kind] = self.port["edgegw", kind]
             self.pid["edgegw_w1_unpinned", kind] = self.pid["edgegw", kind]
         for name in FAST + WORKERS:
@@ -143,7 +153,7 @@ class Rig:
                 continue
             pin(pid, self.cpus[name])
         if cell_target is not None:
-            for kind in ("fast", "paced"):
+            for kind in self.kinds:
                 pin(self.pid[cell_target, kind], cpus or self.cpus[cell_target])
 
     def body_file(self, name: str, cell: str) -> str:
@@ -199,7 +209,8 @@ class Rig:
         ns = self.ns
         self.layout(name)
         gap_ms = 1000 / ns.token_rate
-        warmup_s, seconds = (0.5, 1.0) if warm_up else (self.stream_s, ns.step_seconds)
+        short = (min(0.5, ns.step_seconds), min(1.0, ns.step_seconds))
+        warmup_s, seconds = short if warm_up else (self.stream_s, ns.step_seconds)
         args = ["streams", "--port", str(self.port[name, "paced"]), "--path", PATH,
                 "--body-file", self.body_file(name, cell), "--streams", str(streams),
                 "--seconds", str(seconds), "--warmup-s", f"{warmup_s:.3f}",
@@ -229,7 +240,7 @@ class Rig:
 
 
 def _fast_phase(rig: Rig, ns: argparse.Namespace) -> Result:
-    rows: dict[str, dict[str, list[dict]]] = {c: {t: [] for t in ts} for c, ts in CELLS.items()}
+    rows: dict[str, dict[str, list[Result]]] = {c: {t: [] for t in ts} for c, ts in CELLS.items()}
     for t in FAST + WORKERS:  # warm-up: connections, pools, code paths
         rig.load_cell("rps64", t)
     for rnd in range(ns.rounds):
@@ -302,7 +313,9 @@ def estimate_s(ns: argparse.Namespace) -> float:
             for c, ts in CELLS.items()
         )
         fast = per_round * (ns.rounds + 0.4)
-    cost = ns.rounds * (stream_s + ns.step_seconds + ns.step_pause_s + 1) if "cost" in ns.phases else 0
+    cost = (
+        ns.rounds * (stream_s + ns.step_seconds + ns.step_pause_s + 1) if "cost" in ns.phases else 0
+    )
     warm = 6 * 5.0 if {"cost", "capacity"} & set(ns.phases) else 0
     return 40 + fast + warm + (ns.budget if "capacity" in ns.phases else 0) + cost
 
@@ -312,7 +325,9 @@ def run(ns: argparse.Namespace) -> Result:
     os.sched_setaffinity(0, {CORE_A})
     raise_nofile()
     binary = gopeer.build()
-    print(f"{ns.scenario}: about {estimate_s(ns) / 60:.0f} min at most; gopeer {binary}", flush=True)
+    print(
+        f"{ns.scenario}: about {estimate_s(ns) / 60:.0f} min at most; gopeer {binary}", flush=True
+    )
     out: Result = {"quiet": wait_quiet(max_wait_s=ns.max_wait), "gopeer": str(binary)}
     out["layout"] = {
         "default": f"server under test alone on core {CORE_B}; Go mocks and Go generator on core {CORE_A}",
@@ -324,7 +339,7 @@ def run(ns: argparse.Namespace) -> Result:
         rig = Rig(ns, stack, binary)
         out["stream_s"] = round(rig.stream_s, 3)
         out["idle_rss_mib"] = {
-            t: round(rss_bytes(rig.pid[t, "fast"]) / MiB, 1) for t in FAST + WORKERS[1:]
+            t: round(rss_bytes(rig.pid[t, rig.kinds[0]]) / MiB, 1) for t in FAST + WORKERS[1:]
         }
         if "fast" in ns.phases:
             out["fast"] = _fast_phase(rig, ns)
@@ -368,7 +383,7 @@ def add_arguments(p: argparse.ArgumentParser, scenario: str) -> None:
 
 
 # What `python -m bench smoke` passes: every cell and target once, a fraction of a second each.
-SMOKE = ["--rounds", "1", "--seconds", "0.3", "--step-seconds", "0.3", "--budget", "60",
+SMOKE = ["--rounds", "1", "--seconds", "0.2", "--step-seconds", "0.2", "--budget", "60",
          "--start", "4", "--max-streams", "4", "--cost-streams", "4", "--tokens", "4",
          "--token-rate", "200", "--first-token-ms", "10", "--gap-p99-ms", "1000",
          "--pause-s", "0", "--step-pause-s", "0.2", "--max-wait", "0"]  # fmt: skip

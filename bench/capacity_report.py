@@ -143,10 +143,10 @@ def print_table(out: Result) -> None:
         print("events per stream @16: " + ", ".join(
             f"{t} {v.get('events_per_stream')}" for t, v in cells["streams16"].items()))  # fmt: skip
     if "cost_edgegw" in s:
-        c = s["cost_edgegw"]
-        print(f"edgegw at {c['streams']} paced streams: {c['cpu_us_per_event']} µs CPU per relayed "
-              f"event, {c['rss_per_stream_kib']} KiB RSS per stream in flight "
-              f"(in flight {c['in_flight_mean']}, added gap p99 {c['added_gap_p99_ms']} ms)")  # fmt: skip
+        cost = s["cost_edgegw"]
+        print(f"edgegw at {cost['streams']} paced streams: {cost['cpu_us_per_event']} µs CPU per "
+              f"relayed event, {cost['rss_per_stream_kib']} KiB RSS per stream in flight "
+              f"(in flight {cost['in_flight_mean']}, added gap p99 {cost['added_gap_p99_ms']} ms)")  # fmt: skip
     print("ratios (go_proxy stands in for a Go gateway: a floor, see bench/README.md):")
     for k, v in s.get("ratios", {}).items():
         print(f"  {k}: {v}")

@@ -74,13 +74,17 @@ def _configs(work: Path, mock_port: int) -> dict[str, tuple[dict[str, str], byte
     return {
         "off": (base, CHAT),
         "tracing": (
-            {**base, "TELEMETRY_TRACING_ENABLED": "true",
-             "TELEMETRY_TRACING_OTLP_ENDPOINT": f"http://127.0.0.1:{mock_port}"},
+            {
+                **base,
+                "TELEMETRY_TRACING_ENABLED": "true",
+                "TELEMETRY_TRACING_OTLP_ENDPOINT": f"http://127.0.0.1:{mock_port}",
+            },
             CHAT,
         ),  # fmt: skip
         "access_log": ({**base, "LOG_LEVEL": "INFO"}, CHAT),
         "guardrails": (
-            {**base, "GUARDRAILS_ENABLED": "true", "GUARDRAILS_POLICY_DIR": str(policies)}, CHAT
+            {**base, "GUARDRAILS_ENABLED": "true", "GUARDRAILS_POLICY_DIR": str(policies)},
+            CHAT,
         ),
         "routing": (
             {**base, "ROUTING_ENABLED": "true", "ROUTING_CONFIG_PATH": str(routing)},
@@ -105,7 +109,7 @@ def run(ns: argparse.Namespace) -> Result:
             random.shuffle(order)
             for name in order:
                 port = free_port()
-                with edgegw(port, mock_port, CORE_B, **configs[name][0]) as gw:
+                with edgegw(port, mock_port, CORE_B, configs[name][0]) as gw:
                     args = ["load", "--port", str(port), "--body-file", bodies[name],
                             "--connections", str(ns.connections), "--seconds", str(ns.seconds),
                             "--warmup-s", str(ns.warmup_s)]  # fmt: skip

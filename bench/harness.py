@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib import metadata
 from pathlib import Path
 from typing import IO, Any
@@ -149,9 +149,11 @@ def process(
             out.close()
 
 
-def edgegw_env(mock_port: int, workers: int = 1, **extra: str) -> dict[str, str]:
+def edgegw_env(
+    mock_port: int, workers: int = 1, extra: dict[str, str] | None = None
+) -> dict[str, str]:
     """edgegw in front of the mock, its admission bounds (1,024 by default) out of the way of
-    the capacity search, quiet logs."""
+    the capacity search, quiet logs; ``extra`` on top."""
     return {
         "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
         "OPENAI_API_KEY": "bench-key",
@@ -159,19 +161,19 @@ def edgegw_env(mock_port: int, workers: int = 1, **extra: str) -> dict[str, str]
         "EDGEGW_WORKERS": str(workers),
         "EDGEGW_MAX_IN_FLIGHT": "100000",
         "UPSTREAM_POOL_MAX_PER_HOST": "100000",
-        **extra,
+        **(extra or {}),
     }
 
 
 def edgegw(
-    port: int, mock_port: int, cpu: int, workers: int = 1, **extra: str
-) -> Any:  # the context manager of ``process``
-    return process(
-        ["-m", "edgegw", "serve", "--port", str(port)], cpu, edgegw_env(mock_port, workers, **extra), port
-    )  # fmt: skip
+    port: int, mock_port: int, cpu: int, extra: dict[str, str] | None = None
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """``edgegw serve`` (one worker) on ``cpu`` in front of the mock at ``mock_port``."""
+    env = edgegw_env(mock_port, 1, extra)
+    return process(["-m", "edgegw", "serve", "--port", str(port)], cpu, env, port)
 
 
-def go_mock(binary: Path, port: int, *args: str) -> Any:
+def go_mock(binary: Path, port: int, *args: str) -> AbstractContextManager[subprocess.Popen[bytes]]:
     """The Go mock on core 0 (``args``: its pacing, e.g. ``--token-rate 30 --stamp``)."""
     return process(["mock", "--port", str(port), *args], CORE_A, port=port, exe=str(binary))
 
@@ -360,7 +362,12 @@ def wait_quiet(threshold: float = 0.8, max_wait_s: float = 120.0) -> Result:
     if waited > 5:
         print(f"  (waited {waited:.0f} s for quiet: load {first[0]:.2f} -> {now[0]:.2f}, "
               f"{busy:.2f} cores busy now)")  # fmt: skip
-    return {"loadavg": now, "busy_cores": round(busy, 3), "waited_s": round(waited, 1), "quiet": quiet}
+    return {
+        "loadavg": now,
+        "busy_cores": round(busy, 3),
+        "waited_s": round(waited, 1),
+        "quiet": quiet,
+    }
 
 
 # --- the Go peer's generators ---------------------------------------------------------------

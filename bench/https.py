@@ -77,7 +77,7 @@ def run(ns: argparse.Namespace) -> Result:
     with ExitStack() as stack:
         stack.enter_context(go_mock(binary, mock_port))
         for name in TARGETS:
-            gw = stack.enter_context(edgegw(ports[name], mock_port, CORE_B, **env[name]))
+            gw = stack.enter_context(edgegw(ports[name], mock_port, CORE_B, env[name]))
             pids[name] = gw.pid
         for name in TARGETS:  # warm-up: connections, pools, code paths
             cell(name, min(1.0, ns.seconds))
