@@ -5,7 +5,7 @@ On Linux every worker gets a listening socket of its own in one SO_REUSEPORT gro
 side once the worker has it; the kernel hashes each new connection to one of them. The
 supervisor holds the port with a socket of the group that is bound but never listens (so it
 gets no connections, and nobody else can bind the port). Measured against one listening socket
-that every worker inherits (`python -m bench accept`, 2 workers on 2 cores, 3 rounds,
+that every worker inherits (bench/README.md, history: 2 workers on 2 cores, 3 rounds,
 2026-12-02, load 3-4): of 400 keep-alive connections the busier worker took 52-54 % with
 SO_REUSEPORT and 67-84 % with the shared socket (whichever Trio loop wakes first accepts, and a
 busy one keeps winning), and under a closed-loop load the busier worker did 50-51 % of the work

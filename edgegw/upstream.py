@@ -4,7 +4,7 @@ Requests are written as bytes in one `send_all` (a body past JOINED_BODY_BYTES i
 copying it after the head cost more than the second system call); responses are framed by the Rust core's
 `ResponseParser` (httparse underneath). h11 did this job first; it cost 43 µs of CPU per
 exchange on the reference machine, a third of all the gateway added to a proxied request,
-and was replaced for that reason (numbers in bench/README.md, "upstream client").
+and was replaced for that reason (numbers in bench/README.md, history).
 It was chosen over httpcore's Trio pool by measurement as well (same section).
 
 TLS is `trio.SSLStream`. A connection goes back to the pool only after a whole response

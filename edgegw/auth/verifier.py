@@ -27,7 +27,7 @@ Codes (stable): `missing_token`, `invalid_token`, `token_expired`, `token_not_ye
 The message says which check failed, in edgegw's words: PyJWT's own messages (which can
 quote the key) never reach a client or the log, and neither does the token.
 
-Cost (`python -m bench.oidc`: µs per verify, median of 5 x 2,000, one core of the 2-vCPU
+Cost (bench/README.md, history: µs per verify, median of 5 x 2,000, one core of the 2-vCPU
 shared machine, CPython 3.11.7, PyJWT 2.15.1, cryptography 50; three runs on 2026-12-01 under
 load averages 2.7-4.1 from other work, hence the spread):
 

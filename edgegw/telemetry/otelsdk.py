@@ -17,11 +17,11 @@ export timeout.
 
 Why not the SDK's exporter. Its `BatchSpanProcessor`, `ReadableSpan` and Python protobuf
 encoder were the first bottleneck: four spans a request (server, parse, route, upstream
-attempt), in process (bench.tracing_encode, 1,024 requests in batches of 512, load 4.2-6.0):
+attempt), in process (bench/README.md, history: 1,024 requests in batches of 512, load 4.2-6.0):
 `ReadableSpan` + `encode_spans` + serialization 341 µs per request, the tuple +
 `encode_otlp_spans` 16 µs, the same 1,021,576 bytes. What remained was its HTTP client
 (`requests`), which blocks, so it ran on a thread of its own: through a gateway on a quiet
-machine (bench.tracing, 2026-12-02 02:21 UTC, load 0.1-1.8) tracing every request then cost
+machine (bench/README.md, history: 2026-12-02 02:21 UTC, load 0.1-1.8) tracing every request then cost
 +858 µs of server CPU per request (+117 %), and py-spy showed the time in neither encoder
 nor client but in the two threads handing the GIL back and forth: the event loop releases it
 at every system call, the export thread takes it, and each socket call of the loop cost 3-10x
@@ -32,7 +32,7 @@ leaves when a full batch (512 spans, edgegw.telemetry.tracing) waits or the dela
 
 A request's spans are encoded when it ends, not a batch at once: in a gateway under load
 (2026-12-02, a closed loop of 32 connections), encoding a batch of 512 span tuples took
-3.7 ms of the event loop (29 µs a request, against 12 µs in bench.tracing_encode, whose
+3.7 ms of the event loop (29 µs a request, against 12 µs in process, whose
 spans share their strings and stay in the cache), a stall for every stream the loop relays.
 One call a request rather than one a span: each span encoded on its own cost 7.2 µs
 (wall, in the same gateway).
