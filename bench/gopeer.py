@@ -3,7 +3,8 @@ load generators; standard library only, so the build needs no network).
 
 ``build()`` compiles it once per source version into a directory of the system's temporary
 directory named after a hash of the sources, and returns the binary's path; later calls with
-the same sources return the cached binary. Nothing in the gateway or its tests needs Go.
+the same sources return the cached binary. Nothing in the gateway needs Go, and its tests
+skip without it; `python -m bench` (and CI's smoke run of it) does.
 """
 
 from __future__ import annotations
