@@ -8,9 +8,11 @@ of servers can serve both the same-core latency layout and the split throughput 
 
 from __future__ import annotations
 
+import atexit
 import os
 import platform
 import resource
+import shutil
 import socket
 import statistics
 import subprocess
@@ -192,7 +194,10 @@ def streaming(body: bytes, max_tokens: int | None = None) -> bytes:
 
 
 def scratch_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="edgegw-bench-"))
+    """A directory for a run's bodies and certificates, removed when the process exits."""
+    path = Path(tempfile.mkdtemp(prefix="edgegw-bench-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 # --- procfs -------------------------------------------------------------------------------
