@@ -1,12 +1,13 @@
-"""The ceiling of edgegw's server stack: a bare Hypercorn-Trio ASGI app that reads the
-request and answers the mock's chat completion itself, with no upstream. A request with
-``"stream":true`` gets a canned SSE stream shaped like the mock's (a role chunk, ``--tokens``
-content chunks, a finish chunk, ``data: [DONE]``), one ASGI body message per event, unpaced.
+"""The ceiling of edgegw's server stack: a bare ASGI app on edgegw's own HTTP/1.1 layer
+(edgegw.http1, what `edgegw serve` runs) that reads the request and answers the mock's chat
+completion itself, with no upstream. A request with ``"stream":true`` gets a canned SSE stream
+shaped like the mock's (a role chunk, ``--tokens`` content chunks, a finish chunk,
+``data: [DONE]``), one ASGI body message per event, unpaced.
 
 With ``--upstream URL`` (the paced mock) a streaming request is passed through instead: its
 body is POSTed to ``URL``/chat/completions with edgegw's upstream pool and every piece of the
 answer is sent on as one ASGI body message, untouched (no parsing, no tap, no limits): the
-ceiling of a relay on this server stack (`python -m bench llm`).
+ceiling of a relay on this server stack.
 
     python -m bench.bare_app --port 9100 [--tokens 16] [--upstream http://127.0.0.1:9000/v1]
 """
@@ -14,11 +15,12 @@ ceiling of a relay on this server stack (`python -m bench llm`).
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
+from edgegw.http1.limits import ConnectionLimits
+from edgegw.http1.server import open_listener, serve_http1
 from edgegw.upstream import Origin, UpstreamPool
 
 CANNED = (
@@ -45,14 +47,14 @@ def sse_events(tokens: int) -> list[bytes]:
     return events
 
 
-def make_app(tokens: int, upstream: str | None = None):
+def make_app(tokens: int, upstream: str | None = None) -> Any:
     events = sse_events(tokens)
     origin = Origin.from_url(upstream) if upstream else None
     pool = UpstreamPool(idle_per_host=4096)
     target = (origin.base_path + "/chat/completions").encode() if origin else b""
     up_headers = [(b"content-type", b"application/json"), (b"accept", b"text/event-stream")]
 
-    async def app(scope, receive, send) -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             if scope["type"] == "lifespan":
                 while True:
@@ -97,13 +99,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=16, help="content chunks per SSE stream")
     parser.add_argument("--upstream", help="pass streams through to this base URL (.../v1)")
     ns = parser.parse_args()
-    config = Config()
-    config.bind = [f"127.0.0.1:{ns.port}"]
-    config.accesslog = None
-    config.read_timeout = None
-    config.keep_alive_timeout = 75  # as edgegw's server: idle keep-alive connections stay open
-    config.backlog = 4096
-    trio.run(serve, make_app(ns.tokens, ns.upstream), config)
+    app = make_app(ns.tokens, ns.upstream)
+    trio.run(serve_http1, app, open_listener(f"127.0.0.1:{ns.port}"), ConnectionLimits())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""`python -m bench capacity`: every ratio of the capacity issue from one run, with a Go
-instrument (bench/gopeer/: the mock upstream and the load generators, so core 0 is no
-longer the ceiling a Python mock and generator made it) and a Go reverse proxy as the
-stand-in for a Go gateway.
+"""The scenarios `throughput`, `streams` and `capacity`: one rig of servers (every target in
+front of the Go mock, driven by the Go generators of bench/gopeer/) and its cells. `throughput`
+runs the fast cells, `streams` the paced-stream search and cost, `capacity` both and prints
+every ratio of the capacity issue. A Go reverse proxy stands in for a Go gateway.
 
 Layout: the server under test alone on core 1 (the others idle there), the Go mocks and the
 Go generator on core 0. The workers cells run edgegw unpinned (``--workers 2``, and the one
@@ -9,8 +9,8 @@ worker process re-pinned to both cores for its cell) while the mocks and the gen
 on core 0: there the server shares core 0 with the instrument, which the output says.
 
 Targets: ``mock_direct``; ``go_proxy`` (httputil.ReverseProxy, the floor of a Go gateway);
-``bare_hypercorn`` (bench/bare_app.py: a canned answer for the fast cells, passing the paced
-mock's streams through with ``--upstream`` for the capacity search); ``edgegw`` (one worker,
+``bare_server`` (bench/bare_app.py on edgegw.http1: a canned answer for the fast cells, passing
+the paced mock's streams through with ``--upstream`` for the capacity search); ``edgegw`` (one worker,
 core 1); ``edgegw_w1_unpinned`` (the same process on both cores) and ``edgegw_w2_unpinned``
 (``--workers 2``). edgegw runs with ``EDGEGW_MAX_IN_FLIGHT`` and ``UPSTREAM_POOL_MAX_PER_HOST``
 raised to 100,000, so that its admission bounds (1,024 each by default) do not cap the search.
@@ -40,35 +40,38 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 from bench import capacity_report, gopeer
 from bench.harness import (
+    BOTH,
     CHAT,
     CHAT_DIRECT,
     CORE_A,
     CORE_B,
     PATH,
     MiB,
-    RssSampler,
+    Result,
+    edgegw_env,
     free_port,
+    generate,
     loadavg,
+    per_request_us,
+    pin,
     process,
     raise_nofile,
     rss_bytes,
     scratch_dir,
     streaming,
-    tree_pids,
     wait_quiet,
 )
 from edgegw.bench import llm
 
 SLOW_MODEL = "mock-slow-first-byte-50"
 EVENTS_TOKENS = 48  # 51 SSE events: role, 48 content chunks, finish, [DONE]
-FAST = ("mock_direct", "go_proxy", "bare_hypercorn", "edgegw")
+FAST = ("mock_direct", "go_proxy", "bare_server", "edgegw")
 WORKERS = ("edgegw_w1_unpinned", "edgegw_w2_unpinned")
 CELLS = {
     "rps64": FAST + WORKERS,
@@ -77,35 +80,13 @@ CELLS = {
     "rps64_slow50": ("mock_direct", "go_proxy", "edgegw"),
 }
 CAPACITY = FAST + WORKERS
-BOTH = {CORE_A, CORE_B}
 PAUSE_S = 0.5  # between cells
 STEP_PAUSE_S = 2.0  # between steps: the cut streams of the last one are cleaned up
-
-
-def _edgegw_env(mock_port: int, workers: int) -> dict[str, str]:
-    return {
-        "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
-        "OPENAI_API_KEY": "bench-key",
-        "LOG_LEVEL": "WARNING",
-        "EDGEGW_WORKERS": str(workers),
-        "EDGEGW_MAX_IN_FLIGHT": "100000",
-        "UPSTREAM_POOL_MAX_PER_HOST": "100000",
-    }
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Every thread of every process of the tree onto ``cpus``."""
-    for p in tree_pids(pid):
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                os.sched_setaffinity(int(task), cpus)
-        except OSError:
-            pass
-
-
-def _on_core_a() -> None:
-    os.sched_setaffinity(0, {CORE_A})
-    raise_nofile()
+PHASES = {
+    "throughput": ["fast"],
+    "streams": ["cost", "capacity"],
+    "capacity": ["fast", "cost", "capacity"],
+}
 
 
 class Rig:
@@ -119,34 +100,43 @@ class Rig:
         self.pid: dict[tuple[str, str], int] = {}
         self.cpus: dict[str, set[int]] = {}
         go = str(binary)
+        # A fast instance of every target for the fast cells, a paced one for the streams.
+        self.kinds = [k for k, ph in (("fast", {"fast"}), ("paced", {"cost", "capacity"}))
+                      if ph & set(ns.phases)]  # fmt: skip
         fast_mock, paced_mock = free_port(), free_port()
         paced = ["--token-rate", str(ns.token_rate), "--first-token-ms", str(ns.first_token_ms),
                  "--jitter", str(ns.jitter), "--stamp"]  # fmt: skip
 
-        def start(name: str, kind: str, args: list[str], cpu: int, exe: str | None, env=None):
+        def start(
+            name: str, kind: str, args: list[str], cpu: int, exe: str | None,
+            env: dict[str, str] | None = None,
+        ) -> None:  # fmt: skip
             port = int(args[args.index("--port") + 1])
             proc = stack.enter_context(process(args, cpu, env, port, exe=exe, ready_s=60))
             self.port[name, kind], self.pid[name, kind] = port, proc.pid
 
-        start(
-            "mock_direct", "fast", ["mock", "--port", str(fast_mock), "--tokens", "200"], CORE_A, go
-        )
-        start("mock_direct", "paced",
-              ["mock", "--port", str(paced_mock), "--tokens", str(ns.tokens), *paced], CORE_A, go)  # fmt: skip
+        if "fast" in self.kinds:
+            start("mock_direct", "fast", ["mock", "--port", str(fast_mock), "--tokens", "200"],
+                  CORE_A, go)  # fmt: skip
+        if "paced" in self.kinds:
+            start("mock_direct", "paced",
+                  ["mock", "--port", str(paced_mock), "--tokens", str(ns.tokens), *paced], CORE_A, go)  # fmt: skip
         for kind, up in (("fast", fast_mock), ("paced", paced_mock)):
+            if kind not in self.kinds:
+                continue
             p = free_port()
             start("go_proxy", kind,
                   ["proxy", "--port", str(p), "--upstream", f"http://127.0.0.1:{up}"], CORE_B, go)  # fmt: skip
             p = free_port()
             extra = ["--tokens", str(EVENTS_TOKENS)] if kind == "fast" else [
                 "--upstream", f"http://127.0.0.1:{up}/v1"]  # fmt: skip
-            start("bare_hypercorn", kind, ["-m", "bench.bare_app", "--port", str(p), *extra],
+            start("bare_server", kind, ["-m", "bench.bare_app", "--port", str(p), *extra],
                   CORE_B, None)  # fmt: skip
             for name, workers in (("edgegw", 1), ("edgegw_w2_unpinned", 2)):
                 p = free_port()
                 start(name, kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B, None,
-                      _edgegw_env(up, workers))  # fmt: skip
-        for kind in ("fast", "paced"):  # the one worker again, re-pinned for its cells
+                      edgegw_env(up, workers))  # fmt: skip
+        for kind in self.kinds:  # the one worker again, re-pinned for its cells
             self.port["edgegw_w1_unpinned", kind] = self.port["edgegw", kind]
             self.pid["edgegw_w1_unpinned", kind] = self.pid["edgegw", kind]
         for name in FAST + WORKERS:
@@ -163,7 +153,7 @@ class Rig:
                 continue
             pin(pid, self.cpus[name])
         if cell_target is not None:
-            for kind in ("fast", "paced"):
+            for kind in self.kinds:
                 pin(self.pid[cell_target, kind], cpus or self.cpus[cell_target])
 
     def body_file(self, name: str, cell: str) -> str:
@@ -179,40 +169,20 @@ class Rig:
             path.write_bytes(body)
         return str(path)
 
-    def generate(self, args: list[str], name: str, kind: str, rss: bool = False) -> dict:
-        """Run one generator (pinned to core 0); the server's CPU over its measured phase."""
+    def generate(self, args: list[str], name: str, kind: str, rss: bool = False) -> Result:
+        """Run one generator (pinned to core 0); the server's CPU over its measured phase and,
+        with ``rss``, RSS per stream in flight."""
         pid = self.pid[name, kind]
-        meter = llm.Meter.of_pid(pid, name)
-        rss_before = rss_bytes(pid)
-        cpu, t, sampler = [0.0, 0.0], [0.0, 0.0], None
-
-        def on_phase(phase: str) -> None:
-            nonlocal sampler
-            if phase == "run":
-                cpu[0], t[0] = meter.cpu_s(), time.monotonic()
-                if rss:
-                    sampler = RssSampler(pid, 0.2).__enter__()
-            elif phase == "done":
-                cpu[1], t[1] = meter.cpu_s(), time.monotonic()
-                if sampler is not None:
-                    sampler.__exit__()
-
-        result = gopeer.run(self.binary, args, on_phase, _on_core_a)
-        result["server_cpu_s"] = round(cpu[1] - cpu[0], 4)
-        result["server_busy_cores"] = round((cpu[1] - cpu[0]) / max(1e-9, t[1] - t[0]), 3)
-        if sampler is not None and sampler.samples:
-            mean = statistics.mean(r for _, r in sampler.samples)
+        result = generate(self.binary, args, pid, rss)
+        if "rss_mean_mib" in result:
             flight = result["in_flight"]["mean"]
-            result["rss_before_mib"] = round(rss_before / MiB, 1)
-            result["rss_mean_mib"] = round(mean / MiB, 1)
-            result["rss_per_stream_kib"] = (
-                round((mean - rss_before) / flight / 1024, 1) if flight else None
-            )
+            added = (result["rss_mean_mib"] - result["rss_before_mib"]) * MiB
+            result["rss_per_stream_kib"] = round(added / flight / 1024, 1) if flight else None
         return result
 
     # -- cells ---------------------------------------------------------------------------
 
-    def load_cell(self, cell: str, name: str) -> dict:
+    def load_cell(self, cell: str, name: str) -> Result:
         conns = {"rps64": 64, "added_p50_c1": 1, "streams16": 16, "rps64_slow50": 64}[cell]
         seconds = min(self.ns.seconds, 3.0) if cell == "added_p50_c1" else self.ns.seconds
         args = ["load", "--port", str(self.port[name, "fast"]), "--path", PATH,
@@ -228,25 +198,25 @@ class Rig:
             r = self.generate(args, name, "fast")
         finally:
             self.layout()
-        ok = r["ok"]
-        r["server_cpu_us_per_request"] = round(r["server_cpu_s"] / ok * 1e6, 1) if ok else None
+        r["server_cpu_us_per_request"] = per_request_us(r)
         r["loadavg"] = loadavg()
         return r
 
     def stream_step(
         self, name: str, streams: int, cell: str = "capacity", warm_up: bool = False
-    ) -> dict:
+    ) -> Result:
         """One step of ``streams`` paced streams; ``warm_up``: a short one, not measured."""
         ns = self.ns
         self.layout(name)
         gap_ms = 1000 / ns.token_rate
-        warmup_s, seconds = (0.5, 1.0) if warm_up else (self.stream_s, ns.step_seconds)
+        short = (min(0.5, ns.step_seconds), min(1.0, ns.step_seconds))
+        warmup_s, seconds = short if warm_up else (self.stream_s, ns.step_seconds)
         args = ["streams", "--port", str(self.port[name, "paced"]), "--path", PATH,
                 "--body-file", self.body_file(name, cell), "--streams", str(streams),
                 "--seconds", str(seconds), "--warmup-s", f"{warmup_s:.3f}",
                 "--stream-s", f"{self.stream_s:.3f}", "--nominal-gap-ms", f"{gap_ms:.3f}"]  # fmt: skip
         r = self.generate(args, name, "paced", rss=True)
-        time.sleep(STEP_PAUSE_S)
+        time.sleep(ns.step_pause_s)
         errors = r["requests"]["errors"]
         p99 = (r["added_gap_ms"] or {}).get("p99")
         why = None
@@ -269,8 +239,8 @@ class Rig:
         return r
 
 
-def _fast_phase(rig: Rig, ns: argparse.Namespace) -> dict:
-    rows: dict[str, dict[str, list[dict]]] = {c: {t: [] for t in ts} for c, ts in CELLS.items()}
+def _fast_phase(rig: Rig, ns: argparse.Namespace) -> Result:
+    rows: dict[str, dict[str, list[Result]]] = {c: {t: [] for t in ts} for c, ts in CELLS.items()}
     for t in FAST + WORKERS:  # warm-up: connections, pools, code paths
         rig.load_cell("rps64", t)
     for rnd in range(ns.rounds):
@@ -281,7 +251,7 @@ def _fast_phase(rig: Rig, ns: argparse.Namespace) -> dict:
             random.shuffle(order)
             for t in order:
                 rows[cell][t].append(rig.load_cell(cell, t))
-                time.sleep(PAUSE_S)
+                time.sleep(ns.pause_s)
         print(
             f"  round {rnd + 1}/{ns.rounds} (load {loadavg()[0]:.2f}): "
             + "; ".join(
@@ -293,11 +263,11 @@ def _fast_phase(rig: Rig, ns: argparse.Namespace) -> dict:
     return rows
 
 
-def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> dict:
+def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> Result:
     spec = llm.LlmSpec(start_streams=ns.start, max_streams=ns.max_streams,
                        step_s=ns.step_seconds, budget_s=ns.budget, gap_p99_ms=ns.gap_p99_ms)  # fmt: skip
     searches = {t: llm.Search(spec) for t in CAPACITY if t in ns.targets}
-    step_s = rig.stream_s + ns.step_seconds + STEP_PAUSE_S + 1
+    step_s = rig.stream_s + ns.step_seconds + ns.step_pause_s + 1
     t0, rnd = time.monotonic(), 0
     while True:
         live = [t for t, s in searches.items() if s.next is not None]
@@ -320,7 +290,7 @@ def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> dict:
     return {t: s.result() for t, s in searches.items()}
 
 
-def _cost_phase(rig: Rig, ns: argparse.Namespace) -> list[dict]:
+def _cost_phase(rig: Rig, ns: argparse.Namespace) -> list[Result]:
     steps = []
     for rnd in range(ns.rounds):
         steps.append(rig.stream_step("edgegw", ns.cost_streams, "cost"))
@@ -343,29 +313,33 @@ def estimate_s(ns: argparse.Namespace) -> float:
             for c, ts in CELLS.items()
         )
         fast = per_round * (ns.rounds + 0.4)
-    cost = ns.rounds * (stream_s + ns.step_seconds + STEP_PAUSE_S + 1) if "cost" in ns.phases else 0
+    cost = (
+        ns.rounds * (stream_s + ns.step_seconds + ns.step_pause_s + 1) if "cost" in ns.phases else 0
+    )
     warm = 6 * 5.0 if {"cost", "capacity"} & set(ns.phases) else 0
     return 40 + fast + warm + (ns.budget if "capacity" in ns.phases else 0) + cost
 
 
-def cmd_capacity(ns: argparse.Namespace) -> dict:
+def run(ns: argparse.Namespace) -> Result:
+    """The rig, its cells for ``ns.phases``, the summary and the table."""
     os.sched_setaffinity(0, {CORE_A})
     raise_nofile()
     binary = gopeer.build()
-    print(f"capacity run: about {estimate_s(ns) / 60:.0f} min at most; gopeer {binary}", flush=True)
-    out: dict = {"quiet": wait_quiet(max_wait_s=ns.max_wait), "gopeer": str(binary)}
+    print(
+        f"{ns.scenario}: about {estimate_s(ns) / 60:.0f} min at most; gopeer {binary}", flush=True
+    )
+    out: Result = {"quiet": wait_quiet(max_wait_s=ns.max_wait), "gopeer": str(binary)}
     out["layout"] = {
         "default": f"server under test alone on core {CORE_B}; Go mocks and Go generator on core {CORE_A}",
         "added_p50_c1": f"server, mock and generator all on core {CORE_A}",
         "workers": f"edgegw unpinned on cores {sorted(BOTH)}: it shares core {CORE_A} with the "
         "Go mocks and the Go generator",
     }
-    out["params"] = {k: v for k, v in vars(ns).items() if k != "cmd"}
     with ExitStack() as stack:
         rig = Rig(ns, stack, binary)
         out["stream_s"] = round(rig.stream_s, 3)
         out["idle_rss_mib"] = {
-            t: round(rss_bytes(rig.pid[t, "fast"]) / MiB, 1) for t in FAST + WORKERS[1:]
+            t: round(rss_bytes(rig.pid[t, rig.kinds[0]]) / MiB, 1) for t in FAST + WORKERS[1:]
         }
         if "fast" in ns.phases:
             out["fast"] = _fast_phase(rig, ns)
@@ -390,9 +364,8 @@ def paced_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jitter", type=float, default=0.2)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--phases", nargs="+", choices=("fast", "capacity", "cost"),
-                   default=["fast", "capacity", "cost"])  # fmt: skip
+def add_arguments(p: argparse.ArgumentParser, scenario: str) -> None:
+    p.set_defaults(phases=PHASES[scenario])
     p.add_argument("--rounds", type=int, default=3, help="rounds of the fast cells and of cost")
     p.add_argument("--seconds", type=float, default=5, help="measured seconds per fast cell")
     p.add_argument("--step-seconds", type=float, default=10, help="measured seconds per step")
@@ -403,5 +376,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-streams", type=int, default=4096)
     p.add_argument("--cost-streams", type=int, default=256)
     p.add_argument("--gap-p99-ms", type=float, default=5.0)
+    p.add_argument("--pause-s", type=float, default=PAUSE_S, help=argparse.SUPPRESS)
+    p.add_argument("--step-pause-s", type=float, default=STEP_PAUSE_S, help=argparse.SUPPRESS)
     paced_arguments(p)
     p.add_argument("--max-wait", type=float, default=120, help="seconds to wait for quiet")
+
+
+# What `python -m bench smoke` passes: every cell and target once, a fraction of a second each.
+SMOKE = ["--rounds", "1", "--seconds", "0.2", "--step-seconds", "0.2", "--budget", "60",
+         "--start", "4", "--max-streams", "4", "--cost-streams", "4", "--tokens", "4",
+         "--token-rate", "200", "--first-token-ms", "10", "--gap-p99-ms", "1000",
+         "--pause-s", "0", "--step-pause-s", "0.2", "--max-wait", "0"]  # fmt: skip

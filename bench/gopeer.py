@@ -3,7 +3,8 @@ load generators; standard library only, so the build needs no network).
 
 ``build()`` compiles it once per source version into a directory of the system's temporary
 directory named after a hash of the sources, and returns the binary's path; later calls with
-the same sources return the cached binary. Nothing in the gateway or its tests needs Go.
+the same sources return the cached binary. Nothing in the gateway needs Go, and its tests
+skip without it; `python -m bench` (and CI's smoke run of it) does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SOURCE = Path(__file__).resolve().parent / "gopeer"
 DEFAULT_GO = "/usr/local/go/bin/go"
@@ -65,11 +67,11 @@ def run(
     on_phase: Callable[[str], None],
     preexec: Callable[[], None] | None = None,
     timeout_s: float = 120,
-) -> dict:
+) -> dict[str, Any]:
     """Run one generator (`gopeer load|streams ...`): `on_phase("run")` / `on_phase("done")`
     as it prints the start and the end of its measured phase; its JSON result. A failure
     raises with the end of its standard error."""
-    result = None
+    result: dict[str, Any] | None = None
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             [str(binary), *args], stdout=subprocess.PIPE, stderr=err, text=True,

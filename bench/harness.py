@@ -1,61 +1,89 @@
-"""Shared pieces of the benchmark commands: processes, pinning, procfs readings and the load.
+"""What every scenario shares: processes and their cores, procfs readings, the Go peer's runs,
+waiting for a quiet machine, the one median/spread helper, the machine's description.
 
 Everything here targets 127.0.0.1 only. Processes are pinned with sched_setaffinity, at start
 (``preexec_fn``) or later for a whole process tree (every thread of every process), so one set
 of servers can serve both the same-core latency layout and the split throughput layout.
-
-The load generator is ``edgegw.bench.loadgen``, the one behind ``edgegw bench``, so figures
-from here and from that command are taken with the same instrument; ``load`` runs it as a
-closed loop and reads the server's CPU and this process's over exactly the measured phase.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import platform
 import resource
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from importlib import metadata
 from pathlib import Path
+from typing import IO, Any
 
-import trio
-
-from edgegw.bench.loadgen import Load, LoadSpec, Stats
+from bench import gopeer
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+# The request of every scenario: the mock answers it with 16 tokens (200 when streamed whole).
 CHAT = (
     b'{"model":"openai/gpt-4o-mini","messages":[{"role":"system","content":"You are terse."},'
     b'{"role":"user","content":"Say hello in five words."}],"max_tokens":16,"temperature":0.2}'
 )
-CHAT_DIRECT = CHAT.replace(b"openai/gpt-4o-mini", b"gpt-4o-mini")
+CHAT_DIRECT = CHAT.replace(b"openai/gpt-4o-mini", b"gpt-4o-mini")  # to the mock itself
 PATH = "/v1/chat/completions"
 CORE_A, CORE_B = 0, min(1, (os.cpu_count() or 1) - 1)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+BOTH = {CORE_A, CORE_B}
+MiB = 1024 * 1024
 PAGE = os.sysconf("SC_PAGE_SIZE")
-# Per request (a stream: to its end); past it the request counts as a "timeout" error. No cell
-# comes near it: the slowest, a paced 50-token stream at 20 tokens/s, takes 2.5 s.
-REQUEST_TIMEOUT_S = 30.0
+
+Result = dict[str, Any]
 
 
-def streaming(body: bytes) -> bytes:
-    """The same chat request with ``"stream": true``."""
-    return body[:-1] + b',"stream":true}'
+# --- numbers ------------------------------------------------------------------------------
+
+
+def spread(values: Iterable[float | None], digits: int = 3) -> Result:
+    """The median of the rounds and their range, NaN and None left out (None when none is
+    left): every figure a scenario reports over rounds goes through here."""
+    kept = [float(v) for v in values if v is not None and v == v]
+    if not kept:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {
+        "median": round(statistics.median(kept), digits),
+        "min": round(min(kept), digits),
+        "max": round(max(kept), digits),
+        "n": len(kept),
+    }
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    m: float | None = spread(values)["median"]
+    return m
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+# --- processes ----------------------------------------------------------------------------
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
-def wait_port(port: int, timeout_s: float = 20.0, proc: subprocess.Popen | None = None) -> None:
+def wait_port(
+    port: int, timeout_s: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -76,7 +104,9 @@ def raise_nofile() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def _child_setup(cpu: int) -> Callable[[], None]:
+def on_core(cpu: int) -> Callable[[], None]:
+    """A ``preexec_fn``: the child on ``cpu``, its open-file limit raised."""
+
     def setup() -> None:
         os.sched_setaffinity(0, {cpu})
         raise_nofile()
@@ -92,21 +122,19 @@ def process(
     port: int | None = None,
     *,
     exe: str | None = None,
-    ready_s: float = 20.0,
+    ready_s: float = 60.0,
     log: Path | None = None,
-    cwd: Path | None = None,
-) -> Iterator[subprocess.Popen]:
-    """Run ``exe args`` (default: this Python) pinned to ``cpu`` with the open-file limit
-    raised, in ``cwd`` (default: the repository); wait until ``port`` accepts; terminate on
-    exit."""
-    out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115 (closed below)
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``exe args`` (default: this Python) in the repository, pinned to ``cpu`` with the
+    open-file limit raised; wait until ``port`` accepts; terminate on exit."""
+    out: IO[bytes] | int = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
     proc = subprocess.Popen(
         [exe or sys.executable, *args],
-        cwd=cwd or ROOT,
+        cwd=ROOT,
         env={**os.environ, **(env or {})},
         stdout=out,
         stderr=out,
-        preexec_fn=_child_setup(cpu),
+        preexec_fn=on_core(cpu),
     )
     try:
         if port is not None:
@@ -119,128 +147,57 @@ def process(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if log:
+        if not isinstance(out, int):
             out.close()
 
 
-def mock_args(port: int, tokens: int = 16, token_rate: float = 0.0) -> list[str]:
-    args = ["-m", "edgegw.bench.mock", "--port", str(port), "--tokens", str(tokens)]
-    if token_rate:
-        args += ["--token-rate", str(token_rate)]
-    return args
-
-
-def gateway(port: int, mock_port: int, cpu: int):
-    env = {
+def edgegw_env(
+    mock_port: int, workers: int = 1, extra: dict[str, str] | None = None
+) -> dict[str, str]:
+    """edgegw in front of the mock, its admission bounds (1,024 by default) out of the way of
+    the capacity search, quiet logs; ``extra`` on top."""
+    return {
         "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
         "OPENAI_API_KEY": "bench-key",
         "LOG_LEVEL": "WARNING",
-        "EDGEGW_WORKERS": "1",  # one process: the gateway under test is pinned to one core
+        "EDGEGW_WORKERS": str(workers),
+        "EDGEGW_MAX_IN_FLIGHT": "100000",
+        "UPSTREAM_POOL_MAX_PER_HOST": "100000",
+        **(extra or {}),
     }
+
+
+def edgegw(
+    port: int, mock_port: int, cpu: int, extra: dict[str, str] | None = None
+) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """``edgegw serve`` (one worker) on ``cpu`` in front of the mock at ``mock_port``."""
+    env = edgegw_env(mock_port, 1, extra)
     return process(["-m", "edgegw", "serve", "--port", str(port)], cpu, env, port)
 
 
-def bare(port: int, cpu: int):
-    return process(["-m", "bench.bare_app", "--port", str(port)], cpu, port=port)
+def go_mock(binary: Path, port: int, *args: str) -> AbstractContextManager[subprocess.Popen[bytes]]:
+    """The Go mock on core 0 (``args``: its pacing, e.g. ``--token-rate 30 --stamp``)."""
+    return process(["mock", "--port", str(port), *args], CORE_A, port=port, exe=str(binary))
 
 
-def post(port: int, path: str, body: bytes) -> bytes:
-    """A whole POST request with a JSON body, as the load generator sends it."""
-    return (
-        f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n\r\n"
-    ).encode() + body
+def body_file(where: Path, name: str, body: bytes) -> str:
+    path = where / f"{name}.json"
+    path.write_bytes(body)
+    return str(path)
 
 
-@dataclass(frozen=True)
-class Run:
-    """One load's measured phase, with the CPU used meanwhile."""
-
-    stats: Stats  # edgegw.bench.loadgen's counters and histograms
-    elapsed_s: float  # the measured phase: from the end of the skip to the last answer
-    client_cpu_s: float  # this process (the load generator)
-    server_cpu_s: float  # the ``pid`` process tree; nan without one
-
-    @property
-    def requests(self) -> int:
-        """Finished, successfully or not (a stream: ended)."""
-        return self.stats.requests
-
-    @property
-    def ok(self) -> int:
-        """Answered 2xx (a stream: also ended with [DONE] and no error event)."""
-        return self.stats.ok
-
-    @property
-    def errors(self) -> int:
-        return self.stats.error_count
-
-    @property
-    def error_kinds(self) -> dict[str, int]:
-        return self.stats.errors
-
-    @property
-    def statuses(self) -> dict[int, int]:
-        return self.stats.statuses
-
-    @property
-    def rps(self) -> float:
-        return self.stats.requests / self.elapsed_s if self.elapsed_s else 0.0
-
-    @property
-    def events_per_s(self) -> float:
-        return self.stats.events / self.elapsed_s if self.elapsed_s else 0.0
-
-    def percentile_ms(self, q: float) -> float:
-        """Of the successful requests' latency (a stream: to its end); nan when none."""
-        return self.stats.latency.percentile_us(q) / 1000
-
-    def ttft_ms(self, q: float) -> float:
-        return self.stats.ttft.percentile_us(q) / 1000
+def streaming(body: bytes, max_tokens: int | None = None) -> bytes:
+    """The same chat request with ``"stream": true`` (and ``max_tokens`` when given)."""
+    if max_tokens is not None:
+        body = body.replace(b'"max_tokens":16', b'"max_tokens":%d' % max_tokens)
+    return body[:-1] + b',"stream":true}'
 
 
-def load(
-    port: int,
-    body: bytes,
-    path: str,
-    connections: int,
-    seconds: float,
-    max_requests: int,
-    *,
-    stream: bool = False,
-    skip_s: float = 0.0,
-    pid: int | None = None,
-    on_stream: Callable[[list[float]], object] | None = None,
-    rate: float | None = None,
-) -> Run:
-    """A closed loop of ``body`` POSTed to ``path`` on ``connections`` keep-alive connections
-    for ``seconds`` in all, or ``max_requests`` measured requests; ``stream``: expect SSE.
-    Requests started in the first ``skip_s`` seconds (connection set-up) are not measured.
-    ``on_stream`` gets each measured stream's content event times (``Load``'s hook).
-    ``rate``: an open loop of that many requests a second instead (at most ``connections``
-    in flight)."""
-    spec = LoadSpec(
-        address="127.0.0.1",
-        port=port,
-        request=post(port, path, body),
-        stream=stream,
-        connections=connections,
-        rate=rate,
-        duration_s=max(0.0, seconds - skip_s),
-        warmup_s=skip_s,
-        max_requests=max_requests,
-        timeout_s=REQUEST_TIMEOUT_S,
-    )
-    marks: dict[str, tuple[float, float]] = {}
-
-    def mark(phase: str) -> None:
-        server = cpu_seconds(pid) if pid is not None else float("nan")
-        marks[phase] = (time.process_time(), server)
-
-    run = Load(spec, on_phase=mark, on_stream=on_stream)
-    trio.run(run.run)
-    (client0, server0), (client1, server1) = marks["run"], marks["done"]
-    return Run(run.measured, run.elapsed_s, client1 - client0, server1 - server0)
+def scratch_dir() -> Path:
+    """A directory for a run's bodies and certificates, removed when the process exits."""
+    path = Path(tempfile.mkdtemp(prefix="edgegw-bench-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 # --- procfs -------------------------------------------------------------------------------
@@ -262,15 +219,15 @@ def tree_pids(pid: int) -> list[int]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time so far, summed over the process tree (procfs)."""
+    """CPU time so far of every thread of the process tree (schedstat: nanoseconds)."""
     total = 0
     for p in tree_pids(pid):
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            for task in os.listdir(f"/proc/{p}/task"):
+                total += int(Path(f"/proc/{p}/task/{task}/schedstat").read_text().split()[0])
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
+    return total / 1e9
 
 
 def rss_bytes(pid: int) -> int:
@@ -288,12 +245,12 @@ def fd_count(pid: int) -> int:
     return sum(len(os.listdir(f"/proc/{p}/fd")) for p in tree_pids(pid))
 
 
-def pin_tree(pid: int, cpu: int) -> None:
-    """Pin every thread of every process in the tree to ``cpu``."""
+def pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of every process of the tree onto ``cpus``."""
     for p in tree_pids(pid):
         try:
             for task in os.listdir(f"/proc/{p}/task"):
-                os.sched_setaffinity(int(task), {cpu})
+                os.sched_setaffinity(int(task), cpus)
         except OSError:
             pass
 
@@ -302,42 +259,10 @@ def loadavg() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def busy_cores(window_s: float = 3.0) -> float:
-    """How many cores' worth of CPU the whole machine used over the last ``window_s``."""
-    with CoreMeter() as meter:
-        time.sleep(window_s)
-    return sum(meter.busy.values())
-
-
-def wait_quiet(threshold: float = 0.8, max_wait_s: float = 300.0) -> dict:
-    """Wait, bounded, while others load the machine: until the 1-minute load average is at
-    most ``threshold``, or the machine is nearly idle right now (under 0.25 cores busy over
-    3 s; the average still remembers load that is over, e.g. the previous measurement)."""
-    start = time.monotonic()
-    first = loadavg()
-    while True:
-        now, busy = loadavg(), busy_cores()
-        quiet = now[0] <= threshold or busy < 0.25
-        if quiet or time.monotonic() - start > max_wait_s:
-            break
-        time.sleep(5)
-    waited = time.monotonic() - start
-    if waited > 5:
-        print(
-            f"  (waited {waited:.0f} s for the machine to quieten: load {first[0]:.2f} -> "
-            f"{now[0]:.2f}, {busy:.2f} cores busy now)"
-        )
-    return {
-        "loadavg_at_request": first,
-        "waited_s": round(waited, 1),
-        "loadavg": now,
-        "busy_cores_now": round(busy, 3),
-        "quiet": quiet,
-    }
-
-
 class CoreMeter:
-    """Busy share of each core between start() and stop(), from /proc/stat."""
+    """Busy share of each core over a with-block, from /proc/stat."""
+
+    busy: dict[str, float]
 
     @staticmethod
     def _read() -> dict[str, tuple[int, int]]:
@@ -361,8 +286,34 @@ class CoreMeter:
         }
 
 
+class Others:
+    """CPU the rest of the machine used over a with-block, in cores: the busy time of all
+    cores (steal included) minus the CPU of our own processes (``pids`` and this process)."""
+
+    cores: float
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def _ours(self) -> float:
+        t = os.times()
+        return sum(cpu_seconds(p) for p in self.pids) + t.user + t.system + t.children_user
+
+    def __enter__(self) -> Others:
+        self._meter = CoreMeter().__enter__()
+        self._t0, self._ours0 = time.monotonic(), self._ours()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._meter.__exit__()
+        wall = max(1e-9, time.monotonic() - self._t0)
+        self.cores = max(0.0, sum(self._meter.busy.values()) - (self._ours() - self._ours0) / wall)
+
+
 class RssSampler:
     """Sample the RSS of a process tree from a thread every ``every_s`` seconds."""
+
+    t0: float
 
     def __init__(self, pid: int, every_s: float) -> None:
         self.pid, self.every_s = pid, every_s
@@ -391,53 +342,112 @@ class RssSampler:
         return max(r for _, r in self.samples)
 
 
-def scratch_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="edgegw-bench-"))
+def busy_cores(window_s: float = 3.0) -> float:
+    """How many cores' worth of CPU the whole machine used over the last ``window_s``."""
+    with CoreMeter() as meter:
+        time.sleep(window_s)
+    return sum(meter.busy.values())
 
 
-MiB = 1024 * 1024
-
-
-class Others:
-    """CPU the rest of the machine used over a with-block, in cores: the busy time of all
-    cores (steal included) minus the CPU of our own processes (``pids`` and this process)."""
-
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
-
-    def _ours(self) -> float:
-        t = os.times()
-        return sum(cpu_seconds(p) for p in self.pids) + t.user + t.system
-
-    def __enter__(self) -> Others:
-        self._meter = CoreMeter().__enter__()
-        self._t0, self._ours0 = time.monotonic(), self._ours()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._meter.__exit__()
-        wall = time.monotonic() - self._t0
-        self.cores = max(0.0, sum(self._meter.busy.values()) - (self._ours() - self._ours0) / wall)
-        self.busy = self._meter.busy
-
-
-def wait_idle(max_wait_s: float = 60.0) -> float:
-    """Wait, bounded, until the machine is nearly idle (under 0.25 cores over 3 s)."""
+def wait_quiet(threshold: float = 0.8, max_wait_s: float = 120.0) -> Result:
+    """Wait, bounded, while others load the machine: until the 1-minute load average is at
+    most ``threshold``, or the machine is nearly idle right now (under 0.25 cores busy over
+    3 s; the average still remembers load that is over, e.g. the previous measurement).
+    ``max_wait_s`` 0: look once, do not wait."""
     start = time.monotonic()
-    while (busy := busy_cores()) >= 0.25 and time.monotonic() - start < max_wait_s:
-        time.sleep(2)
-    return busy
+    first = loadavg()
+    while True:
+        now = loadavg()
+        busy = busy_cores(min(3.0, max_wait_s) or 0.2)
+        quiet = now[0] <= threshold or busy < 0.25
+        if quiet or time.monotonic() - start > max_wait_s:
+            break
+        time.sleep(5)
+    waited = time.monotonic() - start
+    if waited > 5:
+        print(f"  (waited {waited:.0f} s for quiet: load {first[0]:.2f} -> {now[0]:.2f}, "
+              f"{busy:.2f} cores busy now)")  # fmt: skip
+    return {
+        "loadavg": now,
+        "busy_cores": round(busy, 3),
+        "waited_s": round(waited, 1),
+        "quiet": quiet,
+    }
 
 
-def cell(fn: Callable[[], object], pids: list[int], limit: float = 0.15, retries: int = 2):
-    """Run one measurement; when others used more than ``limit`` cores meanwhile, wait for
-    the machine to go idle (bounded) and run it again, at most ``retries`` times.
-    Returns (result, others' cores during the kept run, attempts)."""
-    for attempt in range(1, retries + 2):
-        with Others(pids) as others:
-            result = fn()
-        if others.cores <= limit or attempt > retries:
-            return result, others.cores, attempt
-        print(f"    (others used {others.cores:.2f} cores during the cell: waiting, then again)")
-        wait_idle()
-    raise AssertionError("unreachable")
+# --- the Go peer's generators ---------------------------------------------------------------
+
+
+def generate(binary: Path, args: list[str], pid: int | None = None, rss: bool = False) -> Result:
+    """One run of a Go generator (``gopeer load|streams ...``) pinned to core 0, with the CPU
+    that the server tree ``pid`` used over exactly its measured phase (``server_cpu_s``) and,
+    with ``rss``, that tree's resident memory sampled over it."""
+    cpu, t = [0.0, 0.0], [0.0, 0.0]
+    sampler: RssSampler | None = None
+    rss_before = rss_bytes(pid) if pid is not None else 0
+
+    def on_phase(phase: str) -> None:
+        nonlocal sampler
+        i = 0 if phase == "run" else 1
+        cpu[i], t[i] = (cpu_seconds(pid) if pid is not None else 0.0), time.monotonic()
+        if rss and pid is not None:
+            if phase == "run":
+                sampler = RssSampler(pid, 0.2).__enter__()
+            elif sampler is not None:
+                sampler.__exit__()
+
+    result = gopeer.run(binary, args, on_phase, on_core(CORE_A))
+    if pid is not None:
+        result["server_cpu_s"] = round(cpu[1] - cpu[0], 4)
+        result["server_busy_cores"] = round((cpu[1] - cpu[0]) / max(1e-9, t[1] - t[0]), 3)
+    if sampler is not None and sampler.samples:
+        result["rss_before_mib"] = round(rss_before / MiB, 1)
+        result["rss_mean_mib"] = round(statistics.mean(r for _, r in sampler.samples) / MiB, 1)
+    return result
+
+
+def per_request_us(r: Result) -> float | None:
+    """Server CPU µs per answered request of a ``generate`` result."""
+    ok = r["ok"]
+    return round(r["server_cpu_s"] / ok * 1e6, 1) if ok else None
+
+
+# --- the record of a run --------------------------------------------------------------------
+
+
+def machine() -> Result:
+    """What a figure needs beside it: the CPU, the versions, the commit and whether the tree
+    had local changes."""
+    info: Result = {
+        "python": platform.python_version(),
+        "nproc": os.cpu_count(),
+        "kernel": platform.release(),
+        "versions": {},
+    }
+    for pkg in ("edgegw", "trio", "h11", "orjson"):
+        try:
+            info["versions"][pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        info["loadavg_before"] = loadavg()
+    except OSError:
+        pass
+    try:  # read-only: which commit the working tree is on, and whether it has local changes
+        git = ["git", "-C", str(ROOT)]
+        info["commit"] = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        info["tree_dirty"] = bool(
+            subprocess.run(
+                [*git, "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True, text=True, timeout=10,
+            ).stdout.strip()
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return info

@@ -1,75 +1,69 @@
-"""`python -m bench memory`: resident memory of edgegw (and of the bare Hypercorn-Trio app),
-summed over the process tree from /proc.
+"""The scenario `memory`: edgegw's resident memory, summed over its process tree from /proc.
 
-In this order (the allocator keeps what 2,000 connections took after they close, so the
-connection test comes last):
+edgegw (one worker, core 1) in front of the Go mock (core 0; non-streaming answers at once,
+streams paced like a model: 200 tokens at 30/s, the first after 250 ms, jitter 0.2). In this
+order, since the allocator keeps what 2,000 connections took after they close:
 
 - idle: after start, before any request;
-- under load: peak during a 128-connection closed-loop run (sampled every 0.1 s);
-- soak (edgegw): a fixed closed-loop load (32 connections) for exactly ``--soak-seconds``
-  (default 180), RSS every 10 s; growth is the least-squares slope over the samples of the
-  last 2 minutes, in MiB/min;
-- per idle keep-alive connection: after a warm-up at the same concurrency (so the upstream pool
-  is already full), open 2,000 keep-alive connections, 50 at a time, one request each, hold
-  them idle; (RSS with them - RSS before) / 2,000, with the server's open descriptors as a
-  check that they are all still open, and the marginal figure between 1,000 and 2,000.
-
-The open-file limit is raised to its hard limit here and, through ``preexec_fn``, in the servers.
+- under load: the peak during a 128-connection closed loop (Go generator), sampled every 0.1 s;
+- soak: ``--soak-streams`` paced streams kept in flight by the Go open-loop generator for
+  ``--soak-seconds``, RSS and open descriptors every ``--sample-s``: the RSS of the first and
+  the last tenth of the samples (flat means no growth), the least-squares slope over the
+  second half, the streams completed and the errors;
+- per idle keep-alive connection: after a warm-up at the batch's concurrency (so the upstream
+  pool is full), open ``--conns`` keep-alive connections, ``--batch`` at a time, one request
+  each, hold them idle: (RSS with them - RSS before) / count, the server's added descriptors as
+  a check that all are open, and the marginal figure over the second half.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 import trio
 
+from bench import gopeer
 from bench.harness import (
     CHAT,
     CORE_A,
     CORE_B,
     PATH,
     MiB,
+    Result,
     RssSampler,
-    bare,
+    body_file,
+    edgegw,
     fd_count,
     free_port,
-    gateway,
-    load,
-    loadavg,
-    mock_args,
-    post,
-    process,
+    generate,
+    go_mock,
+    median,
     raise_nofile,
     rss_bytes,
+    scratch_dir,
+    streaming,
     wait_quiet,
 )
 from edgegw._core import UpstreamProtocolError
 from edgegw.bench.loadgen import send_one
 
 
-def _slope_mib_per_min(samples: list[tuple[float, int]], from_s: float) -> float:
-    pts = [(t, r / MiB) for t, r in samples if t >= from_s]
-    if len(pts) < 2:
-        return float("nan")
-    mt = statistics.fmean(t for t, _ in pts)
-    mr = statistics.fmean(r for _, r in pts)
-    num = sum((t - mt) * (r - mr) for t, r in pts)
-    den = sum((t - mt) ** 2 for t, _ in pts)
-    return num / den * 60 if den else float("nan")
+def _post(port: int) -> bytes:
+    return (
+        f"POST {PATH} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(CHAT)}\r\n\r\n"
+    ).encode() + CHAT
 
 
-async def hold_idle(
-    port: int, request: bytes, n: int, batch: int, measure, hold_s: float = 2.0
-) -> dict:
-    """Open ``n`` keep-alive connections, ``batch`` at a time, send one request on each and read
-    the answer, then keep them all open and idle; call ``measure(open_count)`` at n/2 and at n
-    (after ``hold_s``), close them all. Returns what ``measure`` returned, keyed by count."""
+async def _hold_idle(port: int, n: int, batch: int, pid: int) -> Result:
+    """Open ``n`` keep-alive connections, ``batch`` at a time, one request answered on each,
+    then hold them idle; the server's RSS and descriptors at n/2 and at n open."""
     streams: list[trio.SocketStream] = []
     errors = 0
-    out: dict = {}
+    at: dict[int, tuple[int, int]] = {}
+    request = _post(port)
 
     async def one() -> None:
         nonlocal errors
@@ -89,108 +83,107 @@ async def hold_idle(
                     async with trio.open_nursery() as nursery:
                         for _ in range(min(batch, target - len(streams))):
                             nursery.start_soon(one)
-                await trio.sleep(hold_s)
-                out[target] = measure(len(streams))
+                await trio.sleep(1.0)
+                at[target] = (rss_bytes(pid), fd_count(pid))
     finally:
         for stream in streams:
             await stream.aclose()
-    out["errors"] = errors
-    return out
+    return {"at": at, "errors": errors}
 
 
-def _idle_and_load(name: str, pid: int, port: int, ns: argparse.Namespace) -> dict:
-    out: dict = {}
-    time.sleep(2)
-    out["rss_idle_mib"] = rss_bytes(pid) / MiB
-    out["fds_idle"] = fd_count(pid)
-    with RssSampler(pid, 0.1) as rss:
-        r = load(port, CHAT, PATH, 128, ns.load_seconds, 10_000_000)
-    out["rss_peak_128_mib"] = rss.peak / MiB
-    out["load_128_rps"] = r.rps
-    out["load_128_errors"] = r.errors
-    time.sleep(1)
-    out["rss_after_load_mib"] = rss_bytes(pid) / MiB
-    print(
-        f"  {name}: idle {out['rss_idle_mib']:.1f} MiB; peak under 128 connections "
-        f"{out['rss_peak_128_mib']:.1f} MiB ({r.rps:.0f} req/s, {r.errors} errors); after "
-        f"{out['rss_after_load_mib']:.1f} MiB"
-    )
-    return out
+def _slope_mib_per_min(samples: list[tuple[float, float]]) -> float | None:
+    if len(samples) < 2:
+        return None
+    mt = sum(t for t, _ in samples) / len(samples)
+    mr = sum(r for _, r in samples) / len(samples)
+    den = sum((t - mt) ** 2 for t, _ in samples)
+    num = sum((t - mt) * (r - mr) for t, r in samples)
+    return round(num / den * 60, 3) if den else None
 
 
-def _per_connection(name: str, pid: int, port: int, ns: argparse.Namespace) -> dict:
-    out: dict = {}
-    load(port, CHAT, PATH, ns.batch, 2, 100_000)  # the upstream pool at this concurrency
-    time.sleep(1)
-    base, base_fds = rss_bytes(pid), fd_count(pid)
-    out["rss_before_conns_mib"] = base / MiB
-
-    def measure(open_count: int) -> dict:
-        return {"open": open_count, "rss": rss_bytes(pid), "fds": fd_count(pid)}
-
-    held = trio.run(lambda: hold_idle(port, post(port, PATH, CHAT), ns.conns, ns.batch, measure))
-    half, full = held[ns.conns // 2], held[ns.conns]
-    out["idle_conns"] = ns.conns
-    out["idle_conn_errors"] = held["errors"]
-    out["server_fds_added"] = full["fds"] - base_fds
-    out["rss_with_conns_mib"] = full["rss"] / MiB
-    out["kib_per_idle_conn"] = (full["rss"] - base) / ns.conns / 1024
-    out["kib_per_idle_conn_marginal"] = (
-        (full["rss"] - half["rss"]) / (ns.conns - ns.conns // 2) / 1024
-    )
-    time.sleep(1)
-    out["rss_after_close_mib"] = rss_bytes(pid) / MiB
-    print(
-        f"  {name}: {ns.conns} idle keep-alive connections (+{out['server_fds_added']} server "
-        f"fds, {held['errors']} errors): {out['kib_per_idle_conn']:.1f} KiB each "
-        f"({out['kib_per_idle_conn_marginal']:.1f} marginal); RSS {base / MiB:.1f} -> "
-        f"{out['rss_with_conns_mib']:.1f} MiB, {out['rss_after_close_mib']:.1f} after closing"
-    )
-    return out
-
-
-def _soak(name: str, pid: int, port: int, ns: argparse.Namespace) -> dict:
-    la = loadavg()
-    with RssSampler(pid, 10.0) as rss:
-        r = load(port, CHAT, PATH, ns.soak_connections, ns.soak_seconds, 100_000_000)
-    samples = [(round(t, 1), round(b / MiB, 2)) for t, b in rss.samples]
-    out = {
-        "seconds": ns.soak_seconds,
-        "connections": ns.soak_connections,
-        "requests": r.requests,
-        "rps": r.rps,
-        "errors": r.errors,
-        "loadavg_before": la,
-        "samples_mib": samples,
-        "growth_mib_per_min_last_2min": _slope_mib_per_min(rss.samples, ns.soak_seconds - 120),
-        "rss_at_60s_mib": next((b for t, b in samples if t >= 60), float("nan")),
-        "rss_end_mib": samples[-1][1],
-        "rss_peak_mib": max(b for _, b in samples),
-    }
-    print(
-        f"  {name} soak {ns.soak_seconds:.0f} s at {ns.soak_connections} connections: {r.requests} requests "
-        f"({r.rps:.0f}/s, {r.errors} errors); RSS {samples[0][1]:.1f} -> {samples[-1][1]:.1f} MiB; "
-        f"growth over the last 2 min {out['growth_mib_per_min_last_2min']:+.3f} MiB/min"
-    )
-    return out
-
-
-def cmd_memory(ns: argparse.Namespace) -> dict:
+def run(ns: argparse.Namespace) -> Result:
     os.sched_setaffinity(0, {CORE_A})
     nofile = raise_nofile()
     if nofile < ns.conns + 200:
         raise SystemExit(f"open-file limit {nofile} is too low for {ns.conns} connections")
-    out: dict = {"nofile": nofile, "quiet": wait_quiet()}
-    mock_port, gw_port, bare_port = free_port(), free_port(), free_port()
-    with process(mock_args(mock_port), CORE_A, port=mock_port):
-        with gateway(gw_port, mock_port, CORE_B) as gw:
-            out["edgegw"] = _idle_and_load("edgegw", gw.pid, gw_port, ns)
-            out["edgegw"]["soak"] = _soak("edgegw", gw.pid, gw_port, ns)
-            out["edgegw"].update(_per_connection("edgegw", gw.pid, gw_port, ns))
-        out["quiet_bare"] = wait_quiet()
-        with bare(bare_port, CORE_B) as b:
-            out["bare_hypercorn"] = _idle_and_load("bare_hypercorn", b.pid, bare_port, ns)
-            if ns.soak_bare:
-                out["bare_hypercorn"]["soak"] = _soak("bare_hypercorn", b.pid, bare_port, ns)
-            out["bare_hypercorn"].update(_per_connection("bare_hypercorn", b.pid, bare_port, ns))
+    binary = gopeer.build()
+    work = scratch_dir()
+    stream_s = ns.first_token_ms / 1000 + ns.tokens / ns.token_rate
+    out: Result = {"quiet": wait_quiet(max_wait_s=ns.max_wait)}
+    mock_port, port = free_port(), free_port()
+    pacing = ["--tokens", str(ns.tokens), "--token-rate", str(ns.token_rate), "--first-token-ms",
+              str(ns.first_token_ms), "--jitter", str(ns.jitter), "--stamp"]  # fmt: skip
+    with go_mock(binary, mock_port, *pacing), edgegw(port, mock_port, CORE_B) as gw:
+        pid = gw.pid
+        time.sleep(1)
+        out["rss_idle_mib"] = round(rss_bytes(pid) / MiB, 1)
+        out["fds_idle"] = fd_count(pid)
+
+        chat = body_file(work, "chat", CHAT)
+        with RssSampler(pid, 0.1) as rss:
+            r = generate(binary, ["load", "--port", str(port), "--body-file", chat,
+                                  "--connections", "128", "--seconds", str(ns.load_seconds),
+                                  "--warmup-s", "0"], pid)  # fmt: skip
+        out["load_128"] = {"rps": r["rps"], "errors": r["errors"],
+                           "rss_peak_mib": round(rss.peak / MiB, 1)}  # fmt: skip
+        print(f"  idle {out['rss_idle_mib']} MiB; peak under 128 connections "
+              f"{out['load_128']['rss_peak_mib']} MiB ({r['rps']:.0f} req/s)", flush=True)  # fmt: skip
+
+        body = body_file(work, "stream", streaming(CHAT, ns.tokens))
+        with RssSampler(pid, ns.sample_s) as rss:
+            s = generate(binary, ["streams", "--port", str(port), "--body-file", body,
+                                  "--streams", str(ns.soak_streams), "--seconds",
+                                  str(ns.soak_seconds), "--warmup-s", f"{stream_s:.3f}",
+                                  "--stream-s", f"{stream_s:.3f}"], pid)  # fmt: skip
+        mib = [(t, b / MiB) for t, b in rss.samples]
+        tenth = max(1, len(mib) // 10)
+        out["soak"] = {
+            "streams": ns.soak_streams,
+            "seconds": ns.soak_seconds,
+            "completed": s["requests"]["ok"],
+            "errors": s["requests"]["errors"],
+            "in_flight_mean": s["in_flight"]["mean"],
+            "rss_first_tenth_mib": median(r for _, r in mib[:tenth]),
+            "rss_last_tenth_mib": median(r for _, r in mib[-tenth:]),
+            "rss_max_mib": round(max(r for _, r in mib), 1),
+            "growth_mib_per_min_second_half": _slope_mib_per_min(mib[len(mib) // 2 :]),
+            "fds_max": fd_count(pid),
+        }
+        print(f"  soak: {out['soak']}", flush=True)
+
+        warm = ["load", "--port", str(port), "--body-file", chat, "--connections",
+                str(ns.batch), "--seconds", "1", "--warmup-s", "0"]  # fmt: skip
+        generate(binary, warm)  # the upstream pool at this concurrency
+        time.sleep(1)
+        base, base_fds = rss_bytes(pid), fd_count(pid)
+        held = trio.run(_hold_idle, port, ns.conns, ns.batch, pid)
+        (half, _), (full, full_fds) = held["at"][ns.conns // 2], held["at"][ns.conns]
+        out.update(
+            idle_conns=ns.conns,
+            idle_conn_errors=held["errors"],
+            server_fds_added=full_fds - base_fds,
+            kib_per_idle_conn=round((full - base) / ns.conns / 1024, 2),
+            kib_per_idle_conn_marginal=round((full - half) / (ns.conns - ns.conns // 2) / 1024, 2),
+        )
+        print(f"  {ns.conns} idle keep-alive connections: {out['kib_per_idle_conn']} KiB each "
+              f"({out['kib_per_idle_conn_marginal']} marginal), {held['errors']} errors")  # fmt: skip
     return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--conns", type=int, default=2000, help="idle keep-alive connections")
+    p.add_argument("--batch", type=int, default=50, help="connections opened at once")
+    p.add_argument("--load-seconds", type=float, default=8)
+    p.add_argument("--soak-streams", type=int, default=1000)
+    p.add_argument("--soak-seconds", type=float, default=600)
+    p.add_argument("--sample-s", type=float, default=10)
+    p.add_argument("--tokens", type=int, default=200)
+    p.add_argument("--token-rate", type=float, default=30.0)
+    p.add_argument("--first-token-ms", type=float, default=250.0)
+    p.add_argument("--jitter", type=float, default=0.2)
+    p.add_argument("--max-wait", type=float, default=120, help="seconds to wait for quiet")
+
+
+SMOKE = ["--conns", "40", "--batch", "10", "--load-seconds", "0.3", "--soak-streams", "8",
+         "--soak-seconds", "0.5", "--sample-s", "0.1", "--tokens", "4", "--token-rate", "200",
+         "--first-token-ms", "10", "--max-wait", "0"]  # fmt: skip

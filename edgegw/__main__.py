@@ -235,7 +235,7 @@ async def _serve_until_signal(
 async def _demo(settings: Settings, token_rate: float) -> None:
     from dataclasses import replace
 
-    from edgegw.bench.mock import MockConfig, MockUpstream
+    from edgegw.mock import MockConfig, MockUpstream
     from edgegw.providers import PROVIDERS
     from edgegw.server import serve
 

@@ -1,5 +1,5 @@
 """Plain HTTP/1.1 servers on Trio + h11: the loop behind the mock upstream
-(edgegw/bench/mock.py), the metrics scrape endpoint (edgegw/telemetry/scrape.py) and the
+(edgegw/mock.py), the metrics scrape endpoint (edgegw/telemetry/scrape.py) and the
 tests' fake peers. Not the gateway's own front end: Hypercorn serves that.
 
 A `Server` runs one task per connection and one ``h11.Connection`` per socket, reused with

@@ -3,8 +3,8 @@
 Requests are written as bytes in one `send_all` (a body past JOINED_BODY_BYTES in a second:
 copying it after the head cost more than the second system call); responses are framed by
 the Rust core's `ResponseParser` (httparse underneath), which replaced h11 here, and the pool
-was chosen over httpcore's Trio pool, both by measurement (bench/README.md, "upstream
-client").
+was chosen over httpcore's Trio pool, both by measurement (bench/README.md,
+history).
 
 TLS is `trio.SSLStream`. A connection goes back to the pool only after a whole response
 was read and the response allows reuse (not framed both by chunks and by length); a
@@ -19,7 +19,7 @@ the caller's first-byte deadline, so a request that waits too long gets the call
 the queue itself is bounded by the requests a process handles at once (EDGEGW_MAX_IN_FLIGHT).
 HTTP/1.1 carries one exchange per connection, so the cap is also the most streams in flight
 to one host: without it 2,000 concurrent streams to one provider open 2,000 sockets
-(bench/README.md, "Upstream connections").
+(bench/README.md, history).
 
 Transport failures become `GatewayError`s in one table (`_transport_error`):
 connect errors and broken responses are 502, timeouts 504.

@@ -16,7 +16,7 @@ import trio
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry

@@ -1,5 +1,5 @@
 """A fake of ONE SGLang worker (``python -m sglang.launch_server``): raw Trio + h11 on loopback,
-scriptable, recording. Served as edgegw/bench/mock.py is, by edgegw/plainhttp.py: one
+scriptable, recording. Served as edgegw/mock.py is, by edgegw/plainhttp.py: one
 ``h11.Connection`` per socket, one task per connection, bounded bodies, a watcher task that
 notices a client going away mid-response.
 

@@ -26,7 +26,7 @@ from edgegw.bench.loadgen import (
     bucket_index,
     send_one,
 )
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 
 from .conftest import start_gateway, upstream_env
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import trio
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import Gateway, start_gateway, upstream_env
 from .rawhttp import request

@@ -20,9 +20,9 @@ import pytest
 import trio
 
 from edgegw import envcheck
-from edgegw.bench.mock import MockUpstream
 from edgegw.envcheck import unhonoured
 from edgegw.http1.limits import LIMIT_TABLE
+from edgegw.mock import MockUpstream
 from edgegw.providers import PROVIDERS
 from edgegw.settings import Settings, SettingsError
 

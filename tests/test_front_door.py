@@ -20,8 +20,8 @@ import trio
 import trio.testing
 import trustme
 
-from edgegw.bench.mock import MockUpstream
 from edgegw.http1.limits import MAX_HANDSHAKES
+from edgegw.mock import MockUpstream
 
 from .conftest import start_gateway, upstream_env
 from .tls import cert_env, trusting

@@ -12,7 +12,7 @@ import trio
 import trio.testing
 from openai import APIError, BadRequestError, InternalServerError, OpenAI, RateLimitError
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import (
     UPSTREAM_KEY,

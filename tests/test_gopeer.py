@@ -5,18 +5,21 @@ Skipped where Go is not installed: nothing of the gateway needs it."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
 from bench import gopeer
 from bench.harness import free_port, wait_port
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 
 from .conftest import in_thread, openai_client, start_gateway
 from .rawhttp import request
@@ -154,6 +157,42 @@ def test_load_through_the_go_proxy(binary: Path, tmp_path: Path) -> None:
         )  # fmt: skip
     assert r["errors"] == 0 and r["ok"] > 0, r
     assert r["events_per_stream"] == 51  # role, 48 content chunks, finish, [DONE]
+
+
+def test_load_over_tls_through_edgegw(binary: Path, tmp_path: Path) -> None:
+    """`load --tls-ca`: the closed loop speaks HTTPS to a gateway serving TLS (bench https)."""
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key, ca_pem = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.write_bytes(b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+    key.write_bytes(leaf.private_key_pem.bytes())
+    ca_pem.write_bytes(ca.cert_pem.bytes())
+    with run(binary, "mock", "--tokens", "16") as mock_port:
+        port = free_port()
+        env = {
+            **os.environ,
+            "OPENAI_API_URL": f"http://127.0.0.1:{mock_port}/v1",
+            "OPENAI_API_KEY": "k",
+            "SERVER_TLS_CERT_PATH": str(cert),
+            "SERVER_TLS_KEY_PATH": str(key),
+            "EDGEGW_WORKERS": "1",
+        }
+        gw = subprocess.Popen(
+            [sys.executable, "-m", "edgegw", "serve", "--port", str(port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            wait_port(port, 20, gw)
+            body = tmp_path / "body.json"
+            body.write_text(json.dumps({**CHAT, "model": "openai/gpt-4o-mini"}))
+            r = generate(
+                binary, "load", "--port", str(port), "--body-file", str(body), "--connections",
+                "2", "--seconds", "0.5", "--warmup-s", "0.2", "--tls-ca", str(ca_pem),
+            )  # fmt: skip
+        finally:
+            gw.terminate()
+            gw.wait(15)
+    assert r["errors"] == 0 and r["ok"] > 0, r
 
 
 def test_generators_refuse_other_than_loopback(binary: Path) -> None:

@@ -22,10 +22,10 @@ import trio
 import trio.testing
 import trustme
 
-from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.http1.limits import DEFAULT_LIMITS, ConnectionLimits
 from edgegw.http1.server import open_listener, serve_http1
 from edgegw.http1.tls import server_context
+from edgegw.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
 

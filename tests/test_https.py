@@ -21,7 +21,7 @@ import trio
 import trustme
 from openai import OpenAI
 
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings, SettingsError
 
 from .conftest import UPSTREAM_KEY, Gateway, start_gateway, upstream_env

@@ -6,7 +6,7 @@ import orjson
 import trio
 import trio.testing
 
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 from openai import OpenAI
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import Gateway, openai_client, start_gateway, upstream_env, wait_until
 from .fake_sglang import FakeSGLang, Script

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import trio
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import Gateway, sample, scrape, start_gateway, upstream_env
 from .fake_sglang import FakeSGLang, Script

@@ -1,4 +1,4 @@
-"""edgegw.bench.mock, driven over loopback by a raw h11 client.
+"""edgegw.mock, driven over loopback by a raw h11 client.
 
 The fixture is named `upstream`, not `mock`: conftest's `mock` carries an API key for the gateway
 tests, while these tests want the mock's defaults."""
@@ -12,7 +12,7 @@ import orjson
 import pytest
 import trio
 
-from edgegw.bench.mock import MAX_BODY_BYTES, WORDS, MockConfig, MockUpstream
+from edgegw.mock import MAX_BODY_BYTES, WORDS, MockConfig, MockUpstream
 
 from .conftest import WAIT_S, wait_until
 from .rawhttp import Client, Reply, exchange

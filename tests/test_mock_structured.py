@@ -23,8 +23,8 @@ import trio
 from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
-from edgegw.bench.mock import WORDS, MockConfig, MockUpstream
-from edgegw.bench.structured import TOKEN_CHARS, value_for
+from edgegw.mock import WORDS, MockConfig, MockUpstream
+from edgegw.mock_structured import TOKEN_CHARS, value_for
 
 from .conftest import Gateway, in_thread, openai_client
 from .rawhttp import exchange

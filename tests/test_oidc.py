@@ -30,7 +30,7 @@ from edgegw.auth.keys import (
     cache_lifetime,
 )
 from edgegw.auth.verifier import LEEWAY_S, MAX_TOKEN_BYTES
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import UPSTREAM_KEY, Gateway, start_gateway, upstream_env
 from .oidc_issuer import CLIENT_ID, Issuer, IssuerKey, forge, hs256_with

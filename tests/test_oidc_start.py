@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from edgegw.auth.verifier import OidcStartError
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 from edgegw.settings import EXIT_CONFIG, Settings, SettingsError
 
 from .conftest import start_gateway, upstream_env

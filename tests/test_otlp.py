@@ -27,8 +27,8 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw._core import RequestError, decode_otlp_metrics, gunzip_capped
-from edgegw.bench.mock import MockUpstream
 from edgegw.errors import GatewayError
+from edgegw.mock import MockUpstream
 from edgegw.settings import Settings
 from edgegw.telemetry.instruments import OVERFLOW_VALUE
 from edgegw.telemetry.otlp import MAX_REPLAY_OBSERVATIONS, decode_json

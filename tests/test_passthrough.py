@@ -8,7 +8,7 @@ import orjson
 import pytest
 import trio
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import Gateway, start_gateway, upstream_env
 from .echo_upstream import Answer, EchoUpstream

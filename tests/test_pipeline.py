@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import trio
 
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 
 from .conftest import UPSTREAM_KEY, Gateway, sample, scrape, start_gateway, upstream_env
 from .fake_sglang import FakeSGLang, Script

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import trio
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 
 from .conftest import start_gateway, upstream_env
 from .fake_sglang import FakeSGLang, Script

@@ -15,7 +15,7 @@ import orjson
 import pytest
 import trio
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 from edgegw.settings import Settings, SettingsError
 
 from .bad_upstream import RESET, BadUpstream, Script

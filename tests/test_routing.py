@@ -18,8 +18,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edgegw.bench.mock import MockUpstream
 from edgegw.envcheck import unhonoured
+from edgegw.mock import MockUpstream
 from edgegw.routing.breaker import Breaker, BreakerState
 from edgegw.routing.config import Alias, Deployment, RoutingConfig
 from edgegw.routing.router import Router, retry_after_s

@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 from edgegw.routing.config import RoutingConfigError, load_routing
 
 from .test_routing import alias, chat, models_seen, providers, routed, selected

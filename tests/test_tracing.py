@@ -16,7 +16,7 @@ import pytest
 import trio
 import trustme
 
-from edgegw.bench.mock import MockUpstream
+from edgegw.mock import MockUpstream
 from edgegw.telemetry.tracing import MAX_CONTENT_CHARS
 
 from .conftest import UPSTREAM_KEY, Gateway, sample, scrape, start_gateway

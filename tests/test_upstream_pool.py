@@ -9,8 +9,8 @@ import orjson
 import trio
 import trio.testing
 
-from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.errors import GatewayError
+from edgegw.mock import MockConfig, MockUpstream
 from edgegw.upstream import JOINED_BODY_BYTES, Origin, UpstreamPool
 
 from .conftest import UPSTREAM_KEY, start_gateway, upstream_env, wait_until

@@ -25,7 +25,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from edgegw import supervisor as supervisor_module
-from edgegw.bench.mock import MockConfig, MockUpstream
+from edgegw.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.telemetry.scrape import Merged

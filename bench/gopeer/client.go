@@ -8,6 +8,8 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -34,10 +36,37 @@ type conn struct {
 	r  *bufio.Reader
 }
 
+// clientTLS, when set (load --tls-ca), makes every connection HTTPS (HTTP/1.1 by ALPN).
+var clientTLS *tls.Config
+
+// useTLS trusts the CA certificates in the PEM file caFile for every later dial.
+func useTLS(caFile string) error {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return fmt.Errorf("no certificate in %s", caFile)
+	}
+	clientTLS = &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}}
+	return nil
+}
+
 func dial(address string, timeout time.Duration) (*conn, error) {
 	c, err := net.DialTimeout("tcp", address, timeout)
 	if err != nil {
 		return nil, err
+	}
+	if clientTLS != nil {
+		tc := tls.Client(c, clientTLS)
+		_ = tc.SetDeadline(time.Now().Add(timeout))
+		if err := tc.Handshake(); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		_ = tc.SetDeadline(time.Time{})
+		c = tc
 	}
 	tc := &timedConn{Conn: c}
 	return &conn{tc: tc, r: bufio.NewReaderSize(tc, 64<<10)}, nil

@@ -4,19 +4,11 @@ package main
 // the answer is whole. Requests started after --warmup-s and ended before the end of the
 // measured phase are counted; latency runs from the send. With --stream the answers must be
 // SSE streams ending in [DONE] ("streams/s" counts them).
-//
-// With --slots (a string of a and b) the measured phase is one slot of --slot-s per letter:
-// a request sent in a "b" slot carries the --alt-header headers instead of the --header
-// ones. A slot's answers are those that end between its start plus --settle-s (by then no
-// request of the slot before is in flight) and its end; "phase mark" and "phase end" are
-// printed at those two instants, so that a caller reading the server's CPU at each line has
-// both kinds of load measured in alternation, within one process and connection set.
 
 import (
 	"flag"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"time"
 )
@@ -32,13 +24,15 @@ func runLoad(args []string) error {
 	warmup := fs.Float64("warmup-s", 1, "seconds before the measured phase (not counted)")
 	stream := fs.Bool("stream", false, "expect SSE streams")
 	timeout := fs.Float64("timeout-s", 30, "per request")
-	var extra, alt headerFlags
+	var extra headerFlags
 	fs.Var(&extra, "header", "an extra request header, `Name: value` (repeatable)")
-	fs.Var(&alt, "alt-header", "in a \"b\" slot, this header instead of --header's (repeatable)")
-	order := fs.String("slots", "", "with --slot-s: the kind of each slot, a or b (e.g. abba)")
-	slotS := fs.Float64("slot-s", 1, "with --slots: seconds a slot")
-	settleS := fs.Float64("settle-s", 0.1, "with --slots: seconds of a slot not counted")
+	tlsCA := fs.String("tls-ca", "", "HTTPS, trusting the CA certificates of this PEM file")
 	_ = fs.Parse(args)
+	if *tlsCA != "" {
+		if err := useTLS(*tlsCA); err != nil {
+			return err
+		}
+	}
 	if err := loopback(*host); err != nil {
 		return err
 	}
@@ -49,27 +43,11 @@ func runLoad(args []string) error {
 	if err != nil {
 		return err
 	}
-	if strings.Trim(*order, "ab") != "" || (*order != "" && (*settleS < 0 || *settleS >= *slotS)) {
-		return fmt.Errorf("load: --slots takes a and b only, and --settle-s must be under --slot-s")
-	}
 	req := encodeRequest(*host, *port, *path, body, extra...)
-	reqB := encodeRequest(*host, *port, *path, body, alt...)
 	address := addr(*host, *port)
 	start := nanotime()
 	measure := start + int64(*warmup*1e9)
 	end := measure + int64(*seconds*1e9)
-	slotNs, settleNs := int64(*slotS*1e9), int64(*settleS*1e9)
-	slots := make([]int, len(*order))
-	if *order != "" {
-		end = measure + int64(len(*order))*slotNs
-	}
-	// The slot a request sent at t belongs to (-1: none, before the measured phase).
-	slotOf := func(t int64) int {
-		if *order == "" || t < measure {
-			return -1
-		}
-		return min(int((t-measure)/slotNs), len(*order)-1)
-	}
 	timeoutNs := time.Duration(*timeout * 1e9)
 	var mu sync.Mutex
 	var latency samples
@@ -82,12 +60,8 @@ func runLoad(args []string) error {
 		var lat samples
 		ok, ev := 0, 0
 		myErrs := map[string]int{}
-		mySlots := make([]int, len(slots))
 		defer func() {
 			mu.Lock()
-			for k, v := range mySlots {
-				slots[k] += v
-			}
 			latency = append(latency, lat...)
 			okCount += ok
 			events += ev
@@ -110,18 +84,13 @@ func runLoad(args []string) error {
 			}
 			c := conns[i]
 			t0 := nanotime()
-			slot := slotOf(t0)
-			sent := req
-			if slot >= 0 && (*order)[slot] == 'b' {
-				sent = reqB
-			}
 			_ = c.tc.SetDeadline(time.Now().Add(timeoutNs))
 			n := 0
 			var onEvent func(event)
 			if *stream {
 				onEvent = func(event) { n++ }
 			}
-			resp, err := c.exchange(sent, onEvent)
+			resp, err := c.exchange(req, onEvent)
 			t1 := nanotime()
 			if err == nil && (resp.status < 200 || resp.status >= 300) {
 				err = errKind(fmt.Sprintf("http_%d", resp.status))
@@ -140,9 +109,6 @@ func runLoad(args []string) error {
 			ok++
 			ev += n
 			lat = append(lat, t1-t0)
-			if slot >= 0 && slot == slotOf(t1) && t1-measure-int64(slot)*slotNs >= settleNs {
-				mySlots[slot]++
-			}
 		}
 	}
 	wg.Add(*connections)
@@ -152,13 +118,6 @@ func runLoad(args []string) error {
 	go func() {
 		time.Sleep(time.Duration(measure - nanotime()))
 		fmt.Println("phase run")
-		for i := range len(*order) {
-			at := measure + int64(i)*slotNs
-			time.Sleep(time.Duration(at + settleNs - nanotime()))
-			fmt.Println("phase mark")
-			time.Sleep(time.Duration(at + slotNs - nanotime()))
-			fmt.Println("phase end")
-		}
 	}()
 	time.Sleep(time.Duration(end - nanotime()))
 	fmt.Println("phase done")
@@ -186,7 +145,6 @@ func runLoad(args []string) error {
 		"errors":         errCount,
 		"errors_by_kind": errs,
 		"rps":            math.Round(float64(okCount)/(float64(end-measure)/1e9)*10) / 10,
-		"slots":          slots,
 		"latency_ms":     summary(latency, []string{"p50", "p99", "p999", "max"}, []float64{50, 99, 99.9, 100}),
 	}
 	if *stream {

@@ -5,7 +5,7 @@
 //	gopeer mock    --port P [--latency-ms L] [--tokens N] [--token-rate R] [--first-token-ms F] [--jitter J] [--stamp]
 //	gopeer proxy   --port P --upstream http://127.0.0.1:Q
 //	gopeer streams --port P --body-file F --streams C --seconds S --warmup-s W --stream-s L [--nominal-gap-ms G]
-//	gopeer load    --port P --body-file F --connections N --seconds S [--stream] [--slots abba --alt-header H]
+//	gopeer load    --port P --body-file F --connections N --seconds S [--stream] [--tls-ca PEM] [--header H]
 //
 // The generators print "phase run" when the measured phase begins, "phase done" when it
 // ends, then one JSON object.

@@ -1,6 +1,6 @@
 package main
 
-// The mock upstream: what edgegw/bench/mock.py answers for the options the benchmarks use,
+// The mock upstream: what edgegw/mock.py answers for the options the benchmarks use,
 // byte for byte in shape (orjson's compact JSON, the same members in the same order):
 //
 //	POST /v1/chat/completions  chat.completion, or with "stream": true a role chunk, the

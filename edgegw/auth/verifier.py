@@ -28,7 +28,7 @@ The message says which check failed, in edgegw's words: PyJWT's own messages (wh
 quote the key) never reach a client or the log, and neither does the token.
 
 A full verify costs about as much as everything else edgegw adds to a proxied request (most
-of it PyJWT's base64url screening; the figures per algorithm: bench/README.md, "OIDC").
+of it PyJWT's base64url screening; the figures per algorithm: bench/README.md, "Figures behind the code").
 Hence the verified-token cache: an LRU of TOKEN_CACHE_SIZE entries keyed by the SHA-256 of
 the token, each valid until the token's `exp` (never past it) and only while the key that
 verified it is still in the issuer's set; a hit costs a hash and a lookup. Refused tokens are not

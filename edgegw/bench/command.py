@@ -1,6 +1,6 @@
 """`edgegw bench`: a load test of a gateway in front of the built-in mock upstream.
 
-The command always starts the mock (``edgegw.bench.mock``) with the ``--mock-*`` settings. The load
+The command always starts the mock (``edgegw.mock``) with the ``--mock-*`` settings. The load
 goes to, by default, an edgegw started in this process with the mock as its ``openai``
 provider; or to a running gateway (``--target URL``, which must itself be configured to use
 the mock); or to the mock itself (``--direct``), the baseline for what a gateway adds.
@@ -39,7 +39,6 @@ import trio
 
 from edgegw.bench import llm
 from edgegw.bench.loadgen import Load, LoadSpec, Probe, probe
-from edgegw.bench.mock import MockConfig, MockUpstream
 from edgegw.bench.options import DEFAULT_CONNECTIONS, DEFAULT_OPEN_LOOP_CONNECTIONS, BenchOptions
 from edgegw.bench.report import (
     API_KEY_ENV,
@@ -54,6 +53,7 @@ from edgegw.bench.report import (
     _read_run,
     _result,
 )
+from edgegw.mock import MockConfig, MockUpstream
 
 MAX_DURATION_S = 600.0
 MAX_WARMUP_S = 60.0

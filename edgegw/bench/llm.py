@@ -41,7 +41,7 @@ from typing import Any, TextIO
 import trio
 
 from edgegw.bench.loadgen import Histogram, Load, LoadSpec, stats_json
-from edgegw.bench.mock import MockConfig
+from edgegw.mock import MockConfig
 
 # Shaped after chat traffic: a few hundred tokens at a reading-speed rate, the first token
 # after prefill; the target (1,500 streams a core at 30 tokens/s) is stated at these.

@@ -32,7 +32,7 @@ is called with "run" when the measured phase begins and "done" when the run has 
 caller can read CPU counters (a server's, its own) over exactly the measured phase; ``on_stream``
 gets, for each successful measured stream, the arrival times of its content events (kept only
 when the hook is given), for checks on pacing and bunching; ``on_stamped`` gets them with the
-``x_sent_ns`` stamps a stamping mock put in those events (``edgegw.bench.mock``; -1 where an
+``x_sent_ns`` stamps a stamping mock put in those events (``edgegw.mock``; -1 where an
 event had none), so the gap a relay added can be told from the gap the mock made.
 
 Longer than the guide because the closed and open loops, the connection and the histograms

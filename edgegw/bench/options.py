@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgegw.bench.llm import LlmSpec
-from edgegw.bench.mock import MockConfig
+from edgegw.mock import MockConfig
 
 DEFAULT_CONNECTIONS = 32  # closed loop (bench/README.md's throughput runs use 32)
 DEFAULT_OPEN_LOOP_CONNECTIONS = 256  # open loop: the most that may be opened

@@ -13,5 +13,5 @@ connection that runs the ASGI app for each of its requests in that task.
 HTTP/2 is not spoken here: `Upgrade: h2c` is ignored (answered over HTTP/1.1), the HTTP/2
 prior-knowledge preface is refused with 400, and TLS offers only http/1.1 by ALPN
 (Hypercorn serves HTTP/2 when SERVER_HTTP2_ENABLED asks for it). Its cost against
-Hypercorn's Trio worker: bench/README.md, "The connection layer".
+Hypercorn's Trio worker: bench/README.md, history.
 """

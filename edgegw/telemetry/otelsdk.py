@@ -19,7 +19,7 @@ Why not the SDK's exporter: its `ReadableSpan` and Python protobuf encoder cost 
 core's encoder for the same bytes, and its blocking HTTP client needed a thread of its own,
 whose hand-offs of the GIL with the event loop made every socket call of the loop dearer:
 tracing every request more than doubled the gateway's CPU per request. The same spans posted
-from the event loop, as here, cost a small share of it (bench/README.md, "Tracing").
+from the event loop, as here, cost a small share of it (bench/README.md, history).
 
 OTEL_BSP_SCHEDULE_DELAY (default 5000 ms) is honoured as the SDK's processor did: a batch
 leaves when a full batch (512 spans, edgegw.telemetry.tracing) waits or the delay has passed.

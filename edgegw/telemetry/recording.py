@@ -206,7 +206,7 @@ class Telemetry:
             return
         counter = self.instruments["inference_gateway.guardrails"]
         assert isinstance(counter, Counter)
-        # Sorting the label set was a third of a decision's cost (bench.guardrails): the
+        # Sorting the label set was a third of a decision's cost (bench/README.md, history): the
         # few label sets in use are kept, the cache cleared whenever it fills.
         seen = (phase, action, path, model)
         key = self._guardrail_keys.get(seen)

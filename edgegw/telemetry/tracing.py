@@ -21,7 +21,7 @@ request's hooks cost 9-10 µs in process this way, 11-15 µs with a Python `Requ
 The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
 processors: three quarters of what recording cost) and its `ReadableSpan` /
 `BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
-both measured in bench.tracing, bench/README.md and edgegw.telemetry.otelsdk.
+both measured (bench/README.md, history; edgegw.telemetry.otelsdk).
 
 Sampling follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG with the SDK's rules
 (default parentbased_always_on: a client's trace that is not sampled, `traceparent` flags

@@ -27,7 +27,7 @@ one set per prompt). Streams send, per choice, a role chunk (chat only), content
 ``choices: []`` if asked for (and ``"usage": null`` on every other chunk, as OpenAI does), then
 ``data: [DONE]``. With ``token_rate`` > 0 each content step first sleeps ``tokens / token_rate``.
 
-A chat request may ask for more than words (edgegw/bench/structured.py says which answer when):
+A chat request may ask for more than words (edgegw/mock_structured.py says which answer when):
 a call to one of its ``tools`` (``finish_reason`` "tool_calls"), or content that its
 ``response_format`` accepts. Such an answer is one token per ``TOKEN_CHARS`` characters
 (``tokens`` does not apply; ``max_tokens`` still cuts it, "length"). Streamed, the role chunk
@@ -65,7 +65,7 @@ h11 for later. A write to a closed socket also ends the response.
 last byte was sent. A client that half-closes its side after sending a request is treated as
 gone. ``requests`` holds the last ``MAX_RECORDED`` requests, recorded before they are answered.
 
-Run standalone: ``python -m edgegw.bench.mock --port 9000 --token-rate 50 --tokens 16``.
+Run standalone: ``python -m edgegw.mock --port 9000 --token-rate 50 --tokens 16``.
 
 Longer than the guide because it is a whole peer (routes, scripted failures, streams and
 its server loop) that tests and benchmarks start as one thing.
@@ -87,7 +87,7 @@ import orjson
 import trio
 
 from edgegw import plainhttp
-from edgegw.bench.structured import BadField, Structured, requested
+from edgegw.mock_structured import BadField, Structured, requested
 
 # OpenAI rejects bodies well below this; anything larger is a client bug, and the cap bounds what
 # one connection can make the mock hold in memory.
@@ -594,7 +594,7 @@ async def _serve_announced(host: str, port: int, config: MockConfig) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m edgegw.bench.mock", description="A mock OpenAI-compatible upstream."
+        prog="python -m edgegw.mock", description="A mock OpenAI-compatible upstream."
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
