@@ -11,6 +11,7 @@ pub mod otlp_trace;
 pub mod passthrough;
 pub mod request;
 pub mod sse;
+pub mod trace;
 
 #[cfg(feature = "python")]
 mod binding {
@@ -765,6 +766,6 @@ mod binding {
     }
 }
 
-/// The OTLP trace encoder's binding (rust/src/otlp_trace.rs), apart from the rest.
+/// Tracing's binding (rust/src/trace.rs, rust/src/otlp_trace.rs), apart from the rest.
 #[cfg(feature = "python")]
 mod trace_binding;

@@ -1,4 +1,5 @@
-//! The OTLP trace encoder's binding (rust/src/otlp_trace.rs), apart from the rest.
+//! Tracing's binding: Python values to the types of rust/src/trace.rs and
+//! rust/src/otlp_trace.rs, and back.
 
 use pyo3::exceptions::PyTypeError;
 use std::collections::VecDeque;
@@ -6,46 +7,12 @@ use std::collections::VecDeque;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
-use std::borrow::Cow;
-
 use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
-
-/// The span names, event names and attribute keys edgegw's own code passes in (spans of
-/// the request path, the MCP tool span, their attributes): kept as the static str, with no
-/// allocation; any other is copied.
-const KNOWN_NAMES: &[&str] = &[
-    "parse",
-    "route",
-    "route.attempt",
-    "authenticate",
-    "connect",
-    "edgegw.fallback",
-    "gen_ai.choice",
-    "gen_ai.request.model",
-    "gen_ai.provider.name",
-    "gen_ai.operation.name",
-    "gen_ai.tool.name",
-    "gen_ai.tool.type",
-    "gen_ai.tool.call.id",
-    "gen_ai.content",
-    "edgegw.route.target",
-    "edgegw.route.named_profile",
-    "edgegw.route.reason",
-    "edgegw.fallback.reason",
-    "edgegw.sie_request_id",
-    "http.response.status_code",
-    "finish_reason",
-    "index",
-    "to",
-];
-
-/// `name` as a key: the static one when it is a known name.
-fn key_of(name: &str) -> Key {
-    match KNOWN_NAMES.iter().find(|k| **k == name) {
-        Some(k) => Cow::Borrowed(k),
-        None => Cow::Owned(name.to_owned()),
-    }
-}
+use crate::trace::{
+    clip, clip_to, key_of, mixed_id, now_ns, parse_traceparent, set_str, set_value, trace_id_hex,
+    traceparent, CLIENT, CLIENT_ATTRIBUTES, INTERNAL, MAX_CONTENT_CHARS, MAX_EVENTS, SERVER,
+    SERVER_ATTRIBUTES,
+};
 
 /// A Python str as a key (KNOWN_NAMES).
 fn py_key(k: &Bound<'_, PyAny>) -> PyResult<Key> {
@@ -234,60 +201,6 @@ fn encode_otlp_spans<'py>(
         .collect::<PyResult<Vec<_>>>()?;
     let data = py.detach(|| otlp_trace::encode_spans(&resource, scope_name, scope_version, &spans));
     Ok(PyBytes::new(py, &data))
-}
-
-/// Lowercase hex digits only (the propagator's `[0-9a-f]`), as a number.
-fn lower_hex(digits: &[u8]) -> Option<u128> {
-    let mut v: u128 = 0;
-    for &d in digits {
-        let n = match d {
-            b'0'..=b'9' => d - b'0',
-            b'a'..=b'f' => d - b'a' + 10,
-            _ => return None,
-        };
-        v = (v << 4) | u128::from(n);
-    }
-    Some(v)
-}
-
-/// A `traceparent` value by the SDK's W3C propagator: its pattern
-/// `^[ \t]*(hex2)-(hex32)-(hex16)-(hex2)(?:(-.*)|[ \t]*)$` (Python's `$`, which also matches
-/// before a final newline; `.` any character but a newline) on at most 512 bytes, then
-/// its rules: version ff is invalid, version 00 has nothing after the flags, neither id is
-/// zero. (trace id, span id, sampled flag).
-fn parse_traceparent(value: &[u8]) -> Option<(u128, u64, bool)> {
-    if value.is_empty() || value.len() > 512 {
-        return None;
-    }
-    let start = value
-        .iter()
-        .position(|&b| b != b' ' && b != b'\t')
-        .unwrap_or(value.len());
-    let s = &value[start..];
-    if s.len() < 55 || s[2] != b'-' || s[35] != b'-' || s[52] != b'-' {
-        return None;
-    }
-    let version = lower_hex(&s[..2])?;
-    let trace_id = lower_hex(&s[3..35])?;
-    let span_id = lower_hex(&s[36..52])? as u64;
-    let flags = lower_hex(&s[53..55])?;
-    let rest = &s[55..];
-    let line = rest.strip_suffix(b"\n").unwrap_or(rest);
-    let more = if rest.first() == Some(&b'-') {
-        if line.contains(&b'\n') {
-            return None;
-        }
-        true
-    } else {
-        if !line.iter().all(|&b| b == b' ' || b == b'\t') {
-            return None;
-        }
-        false
-    };
-    if version == 0xff || (version == 0 && more) || trace_id == 0 || span_id == 0 {
-        return None;
-    }
-    Some((trace_id, span_id, flags & 1 == 1))
 }
 
 /// A client's trace context from a request's headers (name, value pairs of bytes; the last
@@ -499,63 +412,6 @@ fn set_one(attrs: &mut Attributes, key: Key, v: &Bound<'_, PyAny>) -> PyResult<(
     Ok(())
 }
 
-fn set_value(attrs: &mut Attributes, key: Key, v: Option<Value>) {
-    match (attrs.iter().position(|(k, _)| *k == key), v) {
-        (Some(i), Some(v)) => attrs[i].1 = v,
-        (Some(i), None) => {
-            attrs.remove(i);
-        }
-        (None, Some(v)) => attrs.push((key, v)),
-        (None, None) => {}
-    }
-}
-
-fn set_str(attrs: &mut Attributes, key: &'static str, v: &str) {
-    set_value(attrs, Cow::Borrowed(key), Some(Value::Str(v.to_owned())));
-}
-
-/// An attribute value from a client (a model name): its first MAX_ATTRIBUTE_CHARS
-/// characters (edgegw.telemetry.tracing.clip).
-fn clip(s: &str) -> String {
-    clip_to(s, 256)
-}
-
-fn clip_to(s: &str, chars: usize) -> String {
-    match s.char_indices().nth(chars) {
-        Some((end, _)) => s[..end].to_owned(),
-        None => s.to_owned(),
-    }
-}
-
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-}
-
-/// The low `out.len()` hex digits of `v`, lowercase, zero-padded (what `{:032x}` writes,
-/// without the formatting machinery: two of these a traced request).
-fn put_hex(mut v: u128, out: &mut [u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in out.iter_mut().rev() {
-        *b = DIGITS[(v & 0xf) as usize];
-        v >>= 4;
-    }
-}
-
-/// splitmix64's finalizer over the seed's sequence: never 0 (an invalid span id).
-fn mixed_id(seed: u64, k: u64) -> u64 {
-    let mut z = seed.wrapping_add(k.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    if z == 0 {
-        1
-    } else {
-        z
-    }
-}
-
 /// A usage member as the GenAI attribute takes it: an int (not a bool) in int64.
 fn token_count(usage: &Bound<'_, PyDict>, first: &str, other: &str) -> PyResult<Option<i64>> {
     let mut n = usage.get_item(first)?;
@@ -583,21 +439,6 @@ fn error_type(e: &Bound<'_, PyAny>) -> PyResult<String> {
     }
     Ok(e.get_type().name()?.to_str()?.to_owned())
 }
-
-// opentelemetry-proto's SpanKind.
-const INTERNAL: i32 = 1;
-const SERVER: i32 = 2;
-const CLIENT: i32 = 3;
-/// Events kept a span (the SDK's default limit).
-const MAX_EVENTS: usize = 128;
-/// TELEMETRY_TRACING_CONTENT: characters kept a prompt or completion event.
-const MAX_CONTENT_CHARS: usize = 4096;
-/// Attributes a server span has room for from the start: its own three, the GenAI ones,
-/// the status and error.type (no growth of the list a request).
-const SERVER_ATTRIBUTES: usize = 16;
-/// Attributes an upstream attempt's span has room for: its four, the status and whether
-/// it opened its connection, error.type.
-const CLIENT_ATTRIBUTES: usize = 8;
 
 impl TraceRecord {
     fn at(&mut self, i: usize) -> PyResult<&mut Span> {
@@ -779,13 +620,7 @@ fn attempt_of<'py>(
     {
         let mut this = slf.borrow_mut();
         let span_id = this.at(i)?.span_id;
-        // 00-{trace id}-{span id}-01
-        let mut value = [0u8; 55];
-        value[..3].copy_from_slice(b"00-");
-        put_hex(this.trace_id, &mut value[3..35]);
-        value[35] = b'-';
-        put_hex(u128::from(span_id), &mut value[36..52]);
-        value[52..].copy_from_slice(b"-01");
+        let value = traceparent(this.trace_id, span_id);
         headers.append((PyBytes::new(py, b"traceparent"), PyBytes::new(py, &value)))?;
         if !this.trace_state.is_empty() {
             headers.append((
@@ -890,9 +725,8 @@ impl TraceRecord {
     /// The trace id, 32 hex digits (the metrics' exemplars, the access line).
     #[getter]
     fn trace_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
-        let mut hex = [0u8; 32];
-        put_hex(self.trace_id, &mut hex);
-        // put_hex writes ASCII only.
+        let hex = trace_id_hex(self.trace_id);
+        // Hex digits: ASCII only.
         PyString::new(py, std::str::from_utf8(&hex).unwrap_or_default())
     }
 
