@@ -1,17 +1,14 @@
 //! Tracing's binding: Python values to the types of rust/src/trace.rs and
 //! rust/src/otlp_trace.rs, and back.
 
-use pyo3::exceptions::PyTypeError;
-use std::collections::VecDeque;
-
+use pyo3::exceptions::{PyIndexError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
 use crate::trace::{
-    clip, clip_to, key_of, mixed_id, now_ns, parse_traceparent, set_str, set_value, trace_id_hex,
-    traceparent, CLIENT, CLIENT_ATTRIBUTES, INTERNAL, MAX_CONTENT_CHARS, MAX_EVENTS, SERVER,
-    SERVER_ATTRIBUTES,
+    key_of, parse_traceparent, token_count, trace_id_hex, Generation, NoSuchSpan, Queue, Record,
+    INTERNAL,
 };
 
 /// A Python str as a key (KNOWN_NAMES).
@@ -239,42 +236,12 @@ fn read_traceparent<'py>(
     Ok(Some((parsed.0, parsed.1, parsed.2, state)))
 }
 
-/// Ended spans waiting for export, and the counts of what became of them: shared by every
-/// request's record, which writes its spans here as entries of a batch when its server span
-/// ends, and by the export task (edgegw.telemetry.otelsdk.Pipeline), which takes them a
-/// batch at a time; all on the event loop's thread. At most `limit` spans wait (the SDK's
-/// OTEL_BSP_MAX_QUEUE_SIZE); past that a trace's spans are dropped and counted.
-/// The entries are one buffer, a trace's after another: no bytes object, tuple or Python
-/// call a request (a `Pipeline.export` call and a deque of (bytes, n) had been; bench/README.md).
+/// The export queue (trace::Queue): every request's record writes its ended spans here,
+/// the export task (edgegw.telemetry.otelsdk.Pipeline) takes them a batch at a time; all on
+/// the event loop's thread.
 #[pyclass(module = "edgegw._core")]
 struct SpanQueue {
-    #[pyo3(get, set)]
-    limit: usize,
-    /// Spans waiting, taken or not yet.
-    #[pyo3(get, set)]
-    pending: usize,
-    #[pyo3(get)]
-    exported: u64,
-    /// Spans a batch, at most (a trace's spans stay together).
-    #[pyo3(get)]
-    batch: usize,
-    queue_full: u64,
-    export_failed: u64,
-    buf: Vec<u8>,
-    /// Each waiting trace's entries in `buf`: (bytes, spans), in order.
-    traces: VecDeque<(usize, usize)>,
-}
-
-impl SpanQueue {
-    /// Room for `n` more spans (else they are counted dropped).
-    fn admit(&mut self, n: usize) -> bool {
-        if self.pending + n > self.limit {
-            self.queue_full += n as u64;
-            return false;
-        }
-        self.pending += n;
-        true
-    }
+    inner: Queue,
 }
 
 #[pymethods]
@@ -283,15 +250,39 @@ impl SpanQueue {
     #[pyo3(signature = (limit=2048, batch=512))]
     fn new(limit: usize, batch: usize) -> Self {
         SpanQueue {
-            limit,
-            pending: 0,
-            exported: 0,
-            batch,
-            queue_full: 0,
-            export_failed: 0,
-            buf: Vec::new(),
-            traces: VecDeque::new(),
+            inner: Queue::new(limit, batch),
         }
+    }
+
+    #[getter]
+    fn limit(&self) -> usize {
+        self.inner.limit
+    }
+
+    #[setter]
+    fn set_limit(&mut self, limit: usize) {
+        self.inner.limit = limit;
+    }
+
+    /// Spans waiting, taken or not yet.
+    #[getter]
+    fn pending(&self) -> usize {
+        self.inner.pending
+    }
+
+    #[setter]
+    fn set_pending(&mut self, pending: usize) {
+        self.inner.pending = pending;
+    }
+
+    #[getter]
+    fn exported(&self) -> u64 {
+        self.inner.exported
+    }
+
+    #[getter]
+    fn batch(&self) -> usize {
+        self.inner.batch
     }
 
     /// Spans dropped, by reason: `queue_full` (no room when their trace ended),
@@ -299,18 +290,18 @@ impl SpanQueue {
     #[getter]
     fn dropped<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        d.set_item("queue_full", self.queue_full)?;
-        d.set_item("export_failed", self.export_failed)?;
+        d.set_item("queue_full", self.inner.queue_full)?;
+        d.set_item("export_failed", self.inner.export_failed)?;
         Ok(d)
     }
 
     /// Whether a whole batch waits.
     fn full(&self) -> bool {
-        self.pending >= self.batch
+        self.inner.full()
     }
 
-    /// The next batch, whole traces up to `batch` spans: the `ExportTraceServiceRequest`
-    /// under one resource and scope, and how many spans; None when nothing waits.
+    /// The next batch: the `ExportTraceServiceRequest` under one resource and scope, and
+    /// how many spans; None when nothing waits. Written once, straight into the bytes object.
     fn take<'py>(
         &mut self,
         py: Python<'py>,
@@ -318,66 +309,47 @@ impl SpanQueue {
         scope_name: &str,
         scope_version: &str,
     ) -> PyResult<Option<(Bound<'py, PyBytes>, usize)>> {
-        let (mut len, mut n) = (0, 0);
-        while n < self.batch {
-            let Some((l, k)) = self.traces.pop_front() else {
-                break;
-            };
-            len += l;
-            n += k;
-        }
-        if n == 0 {
-            return Ok(None);
-        }
-        self.pending = self.pending.saturating_sub(n);
-        let resource = attributes(resource)?;
-        let head = otlp_trace::batch_head(&resource, scope_name, scope_version, len);
-        let data = PyBytes::new_with(py, head.len() + len, |out| {
-            out[..head.len()].copy_from_slice(&head);
-            out[head.len()..].copy_from_slice(&self.buf[..len]);
-            Ok(())
-        })?;
-        self.buf.drain(..len);
-        Ok(Some((data, n)))
+        self.inner
+            .take(|entries, n| {
+                let resource = attributes(resource)?;
+                let head =
+                    otlp_trace::batch_head(&resource, scope_name, scope_version, entries.len());
+                let data = PyBytes::new_with(py, head.len() + entries.len(), |out| {
+                    out[..head.len()].copy_from_slice(&head);
+                    out[head.len()..].copy_from_slice(entries);
+                    Ok(())
+                })?;
+                Ok((data, n))
+            })
+            .transpose()
     }
 
     /// What became of a batch of `n` spans: exported, or dropped (`export_failed`).
     fn done(&mut self, n: usize, ok: bool) {
-        if ok {
-            self.exported += n as u64;
-        } else {
-            self.export_failed += n as u64;
-        }
+        self.inner.done(n, ok);
     }
 
     /// Forget what waits (not counted).
     fn clear(&mut self) {
-        self.buf.clear();
-        self.traces.clear();
-        self.pending = 0;
+        self.inner.clear();
     }
 }
 
-/// One request's trace: its spans, recorded in Rust as they happen, and the hooks the
-/// request path calls (a span scope, an upstream attempt and its connect, the GenAI
-/// attributes, the end), each one call with no Python frame around it: `Span` is a handle
-/// (the record and an index) made here, its scope's `__enter__`/`__exit__` are Rust, and a
-/// connection's hook is a Rust callable. The Python `RequestTrace` and `Span` classes these
-/// replace cost 0.3-1 µs a call in process, about twice that under load (bench/README.md).
-/// No Python object holds a span's attributes, events or times. When the server span ends
-/// the ended spans are written to the queue as entries of a batch, the bytes
-/// `encode_otlp_trace` makes of the same spans; a record without a queue keeps them for
-/// `take_ended`.
+impl From<NoSuchSpan> for PyErr {
+    fn from(_: NoSuchSpan) -> PyErr {
+        PyIndexError::new_err("no such span")
+    }
+}
+
+/// One request's trace (trace::Record), and the hooks the request path calls (a span scope,
+/// an upstream attempt and its connect, the GenAI attributes, the end), each one call with
+/// no Python frame around it: `Span` is a handle (the record and an index) made here, its
+/// scope's `__enter__`/`__exit__` are Rust, and a connection's hook is a Rust callable. No
+/// Python object holds a span's attributes, events or times. Spans due for export go to the
+/// queue; a record without a queue keeps them for `take_ended`.
 #[pyclass(module = "edgegw._core")]
 struct TraceRecord {
-    trace_id: u128,
-    trace_state: String,
-    /// The span ids of `open`: a bijection of (seed, index), so distinct in a record.
-    seed: u64,
-    spans: Vec<Span>,
-    /// Per span: ended, and whether its entry was taken.
-    ended: Vec<bool>,
-    taken: Vec<bool>,
+    inner: Record,
     queue: Option<Py<SpanQueue>>,
     /// TELEMETRY_TRACING_CONTENT: the answer's text (edgegw.telemetry.tracing.Completion),
     /// fed by the relays; None when the setting is off, and then no content is recorded.
@@ -404,23 +376,21 @@ struct ConnectHook {
     port: i64,
 }
 
-fn set_one(attrs: &mut Attributes, key: Key, v: &Bound<'_, PyAny>) -> PyResult<()> {
-    // A dict's semantics: a key set again keeps its place; a value the encoder drops
-    // (`value` None) leaves the key out.
-    let v = value(v)?;
-    set_value(attrs, key, v);
-    Ok(())
+/// The wall clock, as the spans' times are (time.time_ns()).
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// A usage member as the GenAI attribute takes it: an int (not a bool) in int64.
-fn token_count(usage: &Bound<'_, PyDict>, first: &str, other: &str) -> PyResult<Option<i64>> {
-    let mut n = usage.get_item(first)?;
-    if n.as_ref().is_none_or(|v| v.is_none()) {
-        n = usage.get_item(other)?;
-    }
-    Ok(match n {
-        Some(v) if v.is_exact_instance_of::<PyInt>() => v.extract::<i64>().ok(),
-        _ => None,
+/// A usage member: None when absent or None, else the int (not a bool) in int64 it holds
+/// (trace::token_count).
+fn usage_member(usage: &Bound<'_, PyDict>, name: &str) -> PyResult<Option<Option<i64>>> {
+    Ok(match usage.get_item(name)? {
+        None => None,
+        Some(v) if v.is_none() => None,
+        Some(v) if v.is_exact_instance_of::<PyInt>() => Some(v.extract::<i64>().ok()),
+        Some(_) => Some(None),
     })
 }
 
@@ -440,161 +410,32 @@ fn error_type(e: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(e.get_type().name()?.to_str()?.to_owned())
 }
 
-impl TraceRecord {
-    fn at(&mut self, i: usize) -> PyResult<&mut Span> {
-        self.spans
-            .get_mut(i)
-            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("no such span"))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        name: Key,
-        span_id: u64,
-        parent_id: Option<u64>,
-        remote_parent: bool,
-        kind: i32,
-        start_ns: u64,
-        attributes: Attributes,
-    ) -> usize {
-        self.spans.push(Span {
-            trace_id: self.trace_id,
-            span_id,
-            parent_id,
-            remote_parent,
-            trace_state: self.trace_state.clone(),
-            name,
-            kind,
-            start_unix_nano: start_ns,
-            end_unix_nano: start_ns,
-            attributes,
-            events: Vec::new(),
-            error: false,
-        });
-        self.ended.push(false);
-        self.taken.push(false);
-        self.spans.len() - 1
-    }
-
-    /// A child of span `parent`, its id from the seed.
-    fn child(
-        &mut self,
-        name: Key,
-        parent: usize,
-        kind: i32,
-        start_ns: u64,
-        attributes: Attributes,
-    ) -> PyResult<usize> {
-        let parent_id = self.at(parent)?.span_id;
-        let id = mixed_id(self.seed, self.spans.len() as u64);
-        Ok(self.push(name, id, Some(parent_id), false, kind, start_ns, attributes))
-    }
-
-    fn mark_failed(&mut self, i: usize, code: &str) -> PyResult<()> {
-        let span = self.at(i)?;
-        set_str(&mut span.attributes, "error.type", code);
-        span.error = true;
-        Ok(())
-    }
-
-    fn add_event(&mut self, i: usize, name: Key, attributes: Attributes) -> PyResult<()> {
-        let span = self.at(i)?;
-        if span.events.len() < MAX_EVENTS {
-            span.events.push(Event {
-                name,
-                time_unix_nano: now_ns(),
-                attributes,
-            });
-        }
-        Ok(())
-    }
-
-    fn entries<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
-        let mut out = Vec::with_capacity(512 * self.spans.len());
-        let mut n = 0;
-        for (i, span) in self.spans.iter().enumerate() {
-            if self.ended[i] && !self.taken[i] {
-                self.taken[i] = true;
-                otlp_trace::put_span_entry(span, &mut out);
-                n += 1;
-            }
-        }
-        (PyBytes::new(py, &out), n)
-    }
-
-    /// The spans ended and not yet taken, written to the queue (when there is room for them
-    /// all); whether a whole batch now waits there. Without a queue they stay for
-    /// `take_ended`.
-    fn export(&mut self, py: Python<'_>) -> bool {
-        let Some(queue) = &self.queue else {
-            return false;
-        };
-        let n = (0..self.spans.len())
-            .filter(|&i| self.ended[i] && !self.taken[i])
-            .count();
-        if n == 0 {
-            return false;
-        }
-        let mut q = queue.bind(py).borrow_mut();
-        let admitted = q.admit(n);
-        let start = q.buf.len();
-        for (i, span) in self.spans.iter().enumerate() {
-            if self.ended[i] && !self.taken[i] {
-                self.taken[i] = true;
-                if admitted {
-                    otlp_trace::put_span_entry(span, &mut q.buf);
-                }
-            }
-        }
-        if admitted {
-            let len = q.buf.len() - start;
-            q.traces.push_back((len, n));
-        }
-        q.full()
-    }
-
-    /// Ends span `i` now (once; a second call does nothing), and exports what ended once
-    /// the server span has: whether a whole batch waits.
-    fn close_at(&mut self, py: Python<'_>, i: usize) -> PyResult<bool> {
-        if *self.ended.get(i).unwrap_or(&true) {
-            self.at(i)?;
-            return Ok(false);
-        }
-        self.spans[i].end_unix_nano = now_ns();
-        self.ended[i] = true;
-        Ok(self.ended[0] && self.export(py))
-    }
-
-    /// A connection opened for span `parent`, from `start_ns` to now: a `connect` child,
-    /// failed with `error` when it did.
-    fn connect(
-        &mut self,
-        py: Python<'_>,
-        parent: usize,
-        start_ns: u64,
-        host: &str,
-        port: i64,
-        error: Option<&str>,
-    ) -> PyResult<()> {
-        let attributes = vec![
-            ("server.address".into(), Value::Str(host.to_owned())),
-            ("server.port".into(), Value::Int(port)),
-        ];
-        let i = self.child("connect".into(), parent, INTERNAL, start_ns, attributes)?;
-        if let Some(code) = error {
-            self.mark_failed(i, code)?;
-        }
-        self.close_at(py, i)?;
-        Ok(())
-    }
-}
-
 /// A mapping's items as a dict (a dict as it is).
 fn as_dict<'py>(mapping: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
     match mapping.cast::<PyDict>() {
         Ok(d) => Ok(d.clone()),
         Err(_) => PyDict::from_sequence(&mapping.call_method0("items")?),
+    }
+}
+
+impl TraceRecord {
+    /// When spans are `due`, writes them to the queue: whether a whole batch waits there.
+    fn export_if(&mut self, py: Python<'_>, due: bool) -> bool {
+        match (&self.queue, due) {
+            (Some(q), true) => self.inner.export(&mut q.bind(py).borrow_mut().inner),
+            _ => false,
+        }
+    }
+
+    /// Ends span `i` now (once), exporting what is due: whether a whole batch waits.
+    fn close(&mut self, py: Python<'_>, i: usize) -> PyResult<bool> {
+        let due = self.inner.close(i, now_ns())?;
+        Ok(self.export_if(py, due))
+    }
+
+    fn set(&mut self, i: usize, key: Key, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        // A value the encoder drops (`value` None) leaves the key out.
+        Ok(self.inner.set(i, key, self::value(value)?)?)
     }
 }
 
@@ -618,14 +459,13 @@ fn attempt_of<'py>(
     let py = slf.py();
     let headers = PyList::empty(py);
     {
-        let mut this = slf.borrow_mut();
-        let span_id = this.at(i)?.span_id;
-        let value = traceparent(this.trace_id, span_id);
+        let this = slf.borrow();
+        let (value, state) = this.inner.context(i)?;
         headers.append((PyBytes::new(py, b"traceparent"), PyBytes::new(py, &value)))?;
-        if !this.trace_state.is_empty() {
+        if !state.is_empty() {
             headers.append((
                 PyBytes::new(py, b"tracestate"),
-                PyBytes::new(py, this.trace_state.as_bytes()),
+                PyBytes::new(py, state.as_bytes()),
             ))?;
         }
     }
@@ -650,12 +490,7 @@ impl TraceRecord {
         completion: Option<Py<PyAny>>,
     ) -> Self {
         TraceRecord {
-            trace_id,
-            trace_state,
-            seed,
-            spans: Vec::with_capacity(6),
-            ended: Vec::with_capacity(6),
-            taken: Vec::with_capacity(6),
+            inner: Record::new(trace_id, trace_state, seed),
             queue,
             completion,
         }
@@ -678,7 +513,7 @@ impl TraceRecord {
             Some(a) => attributes(a)?,
             None => Vec::new(),
         };
-        Ok(self.push(
+        Ok(self.inner.start(
             name.into(),
             span_id,
             parent_id,
@@ -689,9 +524,7 @@ impl TraceRecord {
         ))
     }
 
-    /// The request's server span, now, continuing the client's span `parent_id` (a
-    /// remote parent) when there is one: `{method} {path}` with the request's method,
-    /// path and id. Its index is 0.
+    /// The request's server span, now (trace::Record::open_server). Its index is 0.
     fn open_server(
         &mut self,
         method: &str,
@@ -699,33 +532,14 @@ impl TraceRecord {
         request_id: &str,
         parent_id: Option<u64>,
     ) -> usize {
-        // Room for what the request adds: the GenAI attributes, the status, error.type.
-        let mut attributes = Vec::with_capacity(SERVER_ATTRIBUTES);
-        attributes.extend([
-            ("http.request.method".into(), Value::Str(method.to_owned())),
-            ("url.path".into(), Value::Str(path.to_owned())),
-            (
-                "edgegw.request_id".into(),
-                Value::Str(request_id.to_owned()),
-            ),
-        ]);
-        let id = mixed_id(self.seed, self.spans.len() as u64);
-        let remote = parent_id.is_some();
-        self.push(
-            format!("{method} {path}").into(),
-            id,
-            parent_id,
-            remote,
-            SERVER,
-            now_ns(),
-            attributes,
-        )
+        self.inner
+            .open_server(method, path, request_id, parent_id, now_ns())
     }
 
     /// The trace id, 32 hex digits (the metrics' exemplars, the access line).
     #[getter]
     fn trace_id<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
-        let hex = trace_id_hex(self.trace_id);
+        let hex = trace_id_hex(self.inner.trace_id());
         // Hex digits: ASCII only.
         PyString::new(py, std::str::from_utf8(&hex).unwrap_or_default())
     }
@@ -758,6 +572,7 @@ impl TraceRecord {
         };
         let i = slf
             .borrow_mut()
+            .inner
             .child(key_of(name), 0, INTERNAL, now_ns(), attrs)?;
         Ok(handle(slf, i))
     }
@@ -770,22 +585,17 @@ impl TraceRecord {
         host: String,
         port: i64,
     ) -> PyResult<Attempt<'py>> {
-        let mut attrs = Vec::with_capacity(CLIENT_ATTRIBUTES);
-        attrs.extend([
-            ("server.address".into(), Value::Str(host.clone())),
-            ("server.port".into(), Value::Int(port)),
-        ]);
         let i = slf
             .borrow_mut()
-            .child(name.into(), 0, CLIENT, now_ns(), attrs)?;
+            .inner
+            .client(name.into(), &host, port, now_ns())?;
         attempt_of(slf, i, host, port)
     }
 
-    /// An upstream attempt, a CLIENT child of the server span: `{method} {path}` (the
-    /// target's path, latin-1), with its method, server address and port, and path; ended
-    /// by `attempt_done` (or failed). Returned with the headers that name it upstream's
-    /// parent and the hook `UpstreamPool.send` calls for each connection it opens (one call
-    /// for the three: bench/README.md).
+    /// An upstream attempt (trace::Record::attempt), ended by `attempt_done` (or failed).
+    /// Returned with the headers that name it upstream's parent and the hook
+    /// `UpstreamPool.send` calls for each connection it opens (one call for the three:
+    /// bench/README.md).
     fn attempt<'py>(
         slf: &Bound<'py, Self>,
         method: &[u8],
@@ -793,26 +603,14 @@ impl TraceRecord {
         host: String,
         port: i64,
     ) -> PyResult<Attempt<'py>> {
-        let method: String = method.iter().map(|&b| b as char).collect();
-        let path_end = memchr::memchr(b'?', target).unwrap_or(target.len());
-        let path: String = target[..path_end].iter().map(|&b| b as char).collect();
-        let name = format!("{method} {path}");
-        let mut attributes = Vec::with_capacity(CLIENT_ATTRIBUTES);
-        attributes.extend([
-            ("http.request.method".into(), Value::Str(method)),
-            ("server.address".into(), Value::Str(host.clone())),
-            ("server.port".into(), Value::Int(port)),
-            ("url.path".into(), Value::Str(path)),
-        ]);
         let i = slf
             .borrow_mut()
-            .child(name.into(), 0, CLIENT, now_ns(), attributes)?;
+            .inner
+            .attempt(method, target, &host, port, now_ns())?;
         attempt_of(slf, i, host, port)
     }
 
-    /// The attempt's response head came: its status (5xx: failed, `error.type` the status)
-    /// and whether it opened its connection (its time then includes the connect and TLS
-    /// handshake).
+    /// The attempt's response head came (trace::Record::attempt_done).
     fn attempt_done(
         &mut self,
         py: Python<'_>,
@@ -820,44 +618,26 @@ impl TraceRecord {
         status: i64,
         new_connection: bool,
     ) -> PyResult<()> {
-        let i = span.index;
-        let s = self.at(i)?;
-        set_value(
-            &mut s.attributes,
-            "http.response.status_code".into(),
-            Some(Value::Int(status)),
-        );
-        set_value(
-            &mut s.attributes,
-            "edgegw.upstream.new_connection".into(),
-            Some(Value::Bool(new_connection)),
-        );
-        if status >= 500 {
-            self.mark_failed(i, &status.to_string())?;
-        }
-        self.close_at(py, i)?;
+        let due = self
+            .inner
+            .attempt_done(span.index, status, new_connection, now_ns())?;
+        self.export_if(py, due);
         Ok(())
     }
 
     /// `span` failed: `error.type` names `e` (a code, or an exception's code, reason or
     /// class).
     fn fail(&mut self, span: &SpanHandle, e: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.mark_failed(span.index, &error_type(e)?)
+        Ok(self.inner.mark_failed(span.index, &error_type(e)?)?)
     }
 
     /// The request body (the prompt) as the server span's `gen_ai.user.message` event, only
-    /// with TELEMETRY_TRACING_CONTENT (decoded only then): `gen_ai.content`, its first 4,096
-    /// characters.
+    /// with TELEMETRY_TRACING_CONTENT (decoded only then).
     fn prompt(&mut self, body: &[u8]) -> PyResult<()> {
         if self.completion.is_none() {
             return Ok(());
         }
-        let text = String::from_utf8_lossy(body);
-        let attrs = vec![(
-            "gen_ai.content".into(),
-            Value::Str(clip_to(&text, MAX_CONTENT_CHARS)),
-        )];
-        self.add_event(0, "gen_ai.user.message".into(), attrs)
+        Ok(self.inner.prompt(body, now_ns())?)
     }
 
     /// `parse(body)` in a `parse` span (failed with the error it raises, which goes on),
@@ -870,13 +650,15 @@ impl TraceRecord {
         let py = slf.py();
         let i = slf
             .borrow_mut()
+            .inner
             .child("parse".into(), 0, INTERNAL, now_ns(), Vec::new())?;
         let parsed = parse.call1((body,));
         let mut this = slf.borrow_mut();
         if let Err(e) = &parsed {
-            this.mark_failed(i, &error_type(e.value(py).as_any())?)?;
+            this.inner
+                .mark_failed(i, &error_type(e.value(py).as_any())?)?;
         }
-        this.close_at(py, i)?;
+        this.close(py, i)?;
         if parsed.is_ok() && this.completion.is_some() {
             this.prompt(body.extract()?)?;
         }
@@ -884,9 +666,7 @@ impl TraceRecord {
     }
 
     /// The routing decision's `route` span, from `start_ns` (`time.time_ns()` before it)
-    /// to now: the model asked for (clipped) and, when one was chosen, the target (`alias`,
-    /// `local` or the provider) and whether a local model's named profile chose it; failed
-    /// with `error` when routing raised it.
+    /// to now (trace::Record::route); failed with `error` when routing raised it.
     #[pyo3(signature = (start_ns, model, target, named, error=None))]
     fn route(
         &mut self,
@@ -897,25 +677,18 @@ impl TraceRecord {
         named: bool,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let mut attributes = Vec::with_capacity(3);
-        attributes.push(("gen_ai.request.model".into(), Value::Str(clip(model))));
-        if let Some(t) = target {
-            attributes.push(("edgegw.route.target".into(), Value::Str(t.to_owned())));
-            attributes.push(("edgegw.route.named_profile".into(), Value::Bool(named)));
-        }
-        let i = self.child("route".into(), 0, INTERNAL, start_ns, attributes)?;
-        if let Some(e) = error {
-            self.mark_failed(i, &error_type(e)?)?;
-        }
-        self.close_at(py, i)?;
+        let code = error.map(error_type).transpose()?;
+        let due = self
+            .inner
+            .route(start_ns, now_ns(), model, target, named, code.as_deref())?;
+        self.export_if(py, due);
         Ok(())
     }
 
-    /// The GenAI semantic-convention attributes of a chat or completions request, on
-    /// the server span: operation, provider (and its older name `gen_ai.system`),
-    /// request and response model (clipped), token usage (OpenAI's or Anthropic's
-    /// member names), finish reasons, time to first token; and with
-    /// TELEMETRY_TRACING_CONTENT the answer's `gen_ai.choice` events (`Completion.record`).
+    /// The GenAI attributes of a chat or completions request, on the server span
+    /// (trace::Record::generation; token usage by OpenAI's or Anthropic's member names),
+    /// and with TELEMETRY_TRACING_CONTENT the answer's `gen_ai.choice` events
+    /// (`Completion.record`).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (*, operation, provider, model, response_model, usage, finish_reasons, ttft_s))]
     fn generation(
@@ -928,60 +701,29 @@ impl TraceRecord {
         finish_reasons: Vec<String>,
         ttft_s: Option<f64>,
     ) -> PyResult<()> {
-        let mut tokens = (None, None);
+        let (mut input_tokens, mut output_tokens) = (None, None);
         if let Some(u) = usage {
-            tokens = (
-                token_count(u, "prompt_tokens", "input_tokens")?,
-                token_count(u, "completion_tokens", "output_tokens")?,
+            input_tokens = token_count(
+                usage_member(u, "prompt_tokens")?,
+                usage_member(u, "input_tokens")?,
+            );
+            output_tokens = token_count(
+                usage_member(u, "completion_tokens")?,
+                usage_member(u, "output_tokens")?,
             );
         }
         let completion = {
             let mut this = slf.borrow_mut();
-            let attrs = &mut this.at(0)?.attributes;
-            set_str(attrs, "gen_ai.operation.name", operation);
-            set_str(attrs, "gen_ai.provider.name", provider);
-            set_str(attrs, "gen_ai.system", provider);
-            set_value(
-                attrs,
-                "gen_ai.request.model".into(),
-                Some(Value::Str(clip(model))),
-            );
-            if let Some(m) = response_model.filter(|m| !m.is_empty()) {
-                set_value(
-                    attrs,
-                    "gen_ai.response.model".into(),
-                    Some(Value::Str(clip(m))),
-                );
-            }
-            if let Some(n) = tokens.0 {
-                set_value(
-                    attrs,
-                    "gen_ai.usage.input_tokens".into(),
-                    Some(Value::Int(n)),
-                );
-            }
-            if let Some(n) = tokens.1 {
-                set_value(
-                    attrs,
-                    "gen_ai.usage.output_tokens".into(),
-                    Some(Value::Int(n)),
-                );
-            }
-            if !finish_reasons.is_empty() {
-                let reasons = finish_reasons.iter().map(|r| Value::Str(clip(r))).collect();
-                set_value(
-                    attrs,
-                    "gen_ai.response.finish_reasons".into(),
-                    Some(Value::Array(reasons)),
-                );
-            }
-            if let Some(t) = ttft_s {
-                set_value(
-                    attrs,
-                    "gen_ai.server.time_to_first_token".into(),
-                    Some(Value::Double(t)),
-                );
-            }
+            this.inner.generation(&Generation {
+                operation,
+                provider,
+                model,
+                response_model,
+                input_tokens,
+                output_tokens,
+                finish_reasons: &finish_reasons,
+                ttft_s,
+            })?;
             this.completion.as_ref().map(|c| c.clone_ref(slf.py()))
         };
         if let Some(c) = completion {
@@ -990,10 +732,8 @@ impl TraceRecord {
         Ok(())
     }
 
-    /// Ends the server span with the answer's status (None: none was sent) and the
-    /// error code that ended the request: failed on an error, no answer or a 5xx. The
-    /// trace's ended spans go to the queue; returns whether a whole batch waits there (the
-    /// export task is then woken).
+    /// Ends the server span (trace::Record::finish). The trace's ended spans go to the
+    /// queue; returns whether a whole batch waits there (the export task is then woken).
     #[pyo3(signature = (status, error=None))]
     fn finish(
         &mut self,
@@ -1001,32 +741,20 @@ impl TraceRecord {
         status: Option<i64>,
         error: Option<&str>,
     ) -> PyResult<bool> {
-        let span = self.at(0)?;
-        if let Some(s) = status {
-            set_value(
-                &mut span.attributes,
-                "http.response.status_code".into(),
-                Some(Value::Int(s)),
-            );
-        }
-        if let Some(code) = error {
-            set_str(&mut span.attributes, "error.type", code);
-        }
-        if error.is_some() || status.is_none_or(|s| s >= 500) {
-            span.error = true;
-        }
-        self.close_at(py, 0)
+        let due = self.inner.finish(status, error, now_ns())?;
+        Ok(self.export_if(py, due))
     }
 
-    fn set(&mut self, i: usize, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        set_one(&mut self.at(i)?.attributes, key_of(key), value)
+    #[pyo3(name = "set")]
+    fn set_item(&mut self, i: usize, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.set(i, key_of(key), value)
     }
 
     /// Every item of a dict, as `set` would.
     fn update(&mut self, i: usize, attrs: &Bound<'_, PyDict>) -> PyResult<()> {
-        let span = self.at(i)?;
+        self.inner.span(i)?;
         for (k, v) in attrs.iter() {
-            set_one(&mut span.attributes, py_key(&k)?, &v)?;
+            self.set(i, py_key(&k)?, &v)?;
         }
         Ok(())
     }
@@ -1041,31 +769,21 @@ impl TraceRecord {
         limit: usize,
     ) -> PyResult<bool> {
         let attributes = attributes(attrs)?;
-        let span = self.at(i)?;
-        if span.events.len() >= limit {
-            return Ok(false);
-        }
-        span.events.push(Event {
-            name: name.into(),
-            time_unix_nano: time_ns,
-            attributes,
-        });
-        Ok(true)
+        Ok(self
+            .inner
+            .event(i, name.into(), attributes, time_ns, limit)?)
     }
 
     /// Ends span `i` at `end_ns`, failed if `error`; true once the first span (the
     /// request's server span) has ended, when what ended is to be exported.
     fn end(&mut self, i: usize, end_ns: u64, error: bool) -> PyResult<bool> {
-        let span = self.at(i)?;
-        span.end_unix_nano = end_ns;
-        span.error = error;
-        self.ended[i] = true;
-        Ok(self.ended[0])
+        Ok(self.inner.end(i, end_ns, error)?)
     }
 
     /// The entries of the spans ended since the last call, and how many.
     fn take_ended<'py>(&mut self, py: Python<'py>) -> (Bound<'py, PyBytes>, usize) {
-        self.entries(py)
+        let (entries, n) = self.inner.entries();
+        (PyBytes::new(py, &entries), n)
     }
 }
 
@@ -1073,14 +791,20 @@ impl TraceRecord {
 impl SpanHandle {
     #[getter]
     fn span_id(&self, py: Python<'_>) -> PyResult<u64> {
-        Ok(self.record.bind(py).borrow_mut().at(self.index)?.span_id)
+        Ok(self
+            .record
+            .bind(py)
+            .borrow()
+            .inner
+            .span(self.index)?
+            .span_id)
     }
 
     fn set_attribute(&self, py: Python<'_>, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
         self.record
             .bind(py)
             .borrow_mut()
-            .set(self.index, key, value)
+            .set(self.index, key_of(key), value)
     }
 
     /// Every item of a mapping, as `set_attribute` would.
@@ -1101,25 +825,23 @@ impl SpanHandle {
             Some(a) => self::attributes(as_dict(a)?.as_any())?,
             None => Vec::new(),
         };
-        self.record
-            .bind(py)
-            .borrow_mut()
-            .add_event(self.index, key_of(name), attrs)
+        let mut record = self.record.bind(py).borrow_mut();
+        Ok(record
+            .inner
+            .add_event(self.index, key_of(name), attrs, now_ns())?)
     }
 
     /// Failed: `error.type` names `e` (a code, or an exception's code, reason or class).
     fn fail(&self, py: Python<'_>, e: &Bound<'_, PyAny>) -> PyResult<()> {
         let code = error_type(e)?;
-        self.record
-            .bind(py)
-            .borrow_mut()
-            .mark_failed(self.index, &code)
+        let mut record = self.record.bind(py).borrow_mut();
+        Ok(record.inner.mark_failed(self.index, &code)?)
     }
 
     /// Ended (once); exported with the trace's spans when the server span ends, or at once
     /// when that has.
     fn end(&self, py: Python<'_>) -> PyResult<()> {
-        self.record.bind(py).borrow_mut().close_at(py, self.index)?;
+        self.record.bind(py).borrow_mut().close(py, self.index)?;
         Ok(())
     }
 
@@ -1142,9 +864,9 @@ impl SpanHandle {
         };
         let mut record = self.record.bind(py).borrow_mut();
         if let Some(code) = code {
-            record.mark_failed(self.index, &code)?;
+            record.inner.mark_failed(self.index, &code)?;
         }
-        record.close_at(py, self.index)?;
+        record.close(py, self.index)?;
         Ok(false)
     }
 }
@@ -1163,14 +885,17 @@ impl ConnectHook {
             Some(e) if !e.is_none() => Some(error_type(e)?),
             _ => None,
         };
-        self.record.bind(py).borrow_mut().connect(
-            py,
+        let mut record = self.record.bind(py).borrow_mut();
+        let due = record.inner.connect(
             self.index,
             started_ns,
+            now_ns(),
             &self.host,
             self.port,
             code.as_deref(),
-        )
+        )?;
+        record.export_if(py, due);
+        Ok(())
     }
 }
 
