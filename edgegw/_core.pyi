@@ -3,10 +3,8 @@
 class: none can be subclassed (@final), only those with a `__new__` below can be constructed
 from Python, and their attributes are read-only (properties)."""
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Self, TypeVar, final
-
-_T = TypeVar("_T")
+from collections.abc import Mapping, Sequence
+from typing import Any, Self, final
 
 __all__ = [
     "RequestError",
@@ -356,7 +354,7 @@ class TraceRecord:
         trace_state: str,
         seed: int = 0,
         queue: SpanQueue | None = None,
-        completion: Any = None,
+        content: bool = False,  # TELEMETRY_TRACING_CONTENT
     ) -> Self: ...
     def start(
         self,
@@ -375,8 +373,6 @@ class TraceRecord:
     def trace_id(self) -> str: ...
     @property
     def server(self) -> Span: ...
-    @property
-    def completion(self) -> Any: ...  # edgegw.telemetry.tracing.Completion | None
     def span(self, name: str, **attributes: Any) -> Span: ...
     # An upstream attempt's span, the headers naming it the upstream's parent, its hook.
     def start_client(
@@ -387,9 +383,9 @@ class TraceRecord:
     ) -> tuple[Span, list[tuple[bytes, bytes]], ConnectHook]: ...
     def attempt_done(self, span: Span, status: int, new_connection: bool) -> None: ...
     def fail(self, span: Span, e: BaseException | str) -> None: ...
-    def prompt(self, body: bytes) -> None: ...  # only with TELEMETRY_TRACING_CONTENT
-    # parse(body) in a `parse` span, then the prompt event: one call.
-    def parse(self, parse: Callable[[bytes], _T], body: bytes) -> _T: ...
+    # The `parse` span from start_ns to now, failed with `error`; else, with content, the
+    # prompt event.
+    def parsed(self, start_ns: int, body: bytes, error: BaseException | None = None) -> None: ...
     def route(
         self,
         start_ns: int,
@@ -408,6 +404,7 @@ class TraceRecord:
         usage: dict[str, Any] | None,
         finish_reasons: Sequence[str],
         ttft_s: float | None,
+        choices: Sequence[tuple[int, str, str | None]] | None = None,  # index, text, reason
     ) -> None: ...
     def finish(self, status: int | None, error: str | None = None) -> bool: ...  # batch full
     def set(self, i: int, key: str, value: Any) -> None: ...

@@ -100,6 +100,8 @@ class App:
             call.trace = tracing.start_request(call.method, call.path, headers, call.request_id)
             if call.trace is None and any(k == b"traceparent" for k, _ in headers):
                 call.trace_context = tracing.passed_on(headers)
+            elif call.trace is not None and tracing.content:
+                call.trace_content = tracing.completion()
         answered = False
         error: str | None = None
         try:

@@ -24,7 +24,7 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 if TYPE_CHECKING:  # the tracing hooks; the SDK itself is loaded only when tracing is on
-    from edgegw.telemetry.tracing import RequestTrace
+    from edgegw.telemetry.tracing import Completion, RequestTrace
 
 # A client's request id is kept when it is this short and made of these characters (UUIDs,
 # ULIDs, nginx's $request_id, base64 ids); anything else is replaced, never echoed: it goes
@@ -78,6 +78,7 @@ class Call:
         "status",
         "trace",
         "trace_context",
+        "trace_content",
         "result",
         "identity",
         "errors",
@@ -104,6 +105,9 @@ class Call:
         # A request tracing did not sample: the client's `traceparent` / `tracestate`,
         # passed upstream as they came (none when it sent none, or tracing is off).
         self.trace_context: list[tuple[bytes, bytes]] = []
+        # With TELEMETRY_TRACING_CONTENT, a traced request's answer text as the relays fed
+        # it, handed to the trace when the request is recorded (edgegw.routes.record).
+        self.trace_content: Completion | None = None
         self.result: Result | None = None
         # The verified OIDC claims of the caller (set by the app's authentication step);
         # None without OIDC or when a client key admitted the request.
@@ -124,7 +128,7 @@ class Call:
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
         other.trace, other.result, other.identity = self.trace, self.result, self.identity
-        other.trace_context = self.trace_context
+        other.trace_context, other.trace_content = self.trace_context, self.trace_content
         other.errors = self.errors
         return other
 

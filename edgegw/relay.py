@@ -151,8 +151,8 @@ class Exchanges:
             if ok and inspect is not None:
                 payload, added = await inspect(payload)
                 response_headers = (*response_headers, *added)
-            if ok and call.trace is not None and call.trace.completion is not None:
-                call.trace.completion.answer(payload)
+            if ok and call.trace_content is not None:
+                call.trace_content.answer(payload)
             headers = [
                 (b"content-type", resp.header(b"content-type") or b"application/json"),
                 (b"content-length", b"%d" % len(payload)),
@@ -239,8 +239,7 @@ class Exchanges:
         the envelope (as the upstream sent it, with `raw_errors`)."""
         outcome = Outcome()
         writer = SseWriter(call.send, outcome, response_headers, call.errors)
-        completion = None if call.trace is None else call.trace.completion
-        sink = RelaySink(writer, outcome, up.secret, up.hidden_usage, completion, check)
+        sink = RelaySink(writer, outcome, up.secret, up.hidden_usage, call.trace_content, check)
         refusal: list[Response] = []
 
         async def refused(resp: Response) -> None:

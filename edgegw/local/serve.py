@@ -152,7 +152,7 @@ async def serve(
                         normalizer,
                         timeouts.inter_chunk_s,
                         opened.first,
-                        None if call.trace is None else call.trace.completion,
+                        call.trace_content,
                         check,
                     )
                 else:
@@ -182,8 +182,8 @@ async def serve(
             if inspect is not None:
                 payload, added = await inspect(payload)
                 extra = (*extra, *added)
-            if call.trace is not None and call.trace.completion is not None:
-                call.trace.completion.answer(payload)
+            if call.trace_content is not None:
+                call.trace_content.answer(payload)
             await call.respond_json(200, payload, extra)
             outcome.first_chunk_at = trio.current_time()
             finished = True

@@ -56,9 +56,7 @@ async def completions(gw: Gateway, call: Call) -> None:
 
 async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
-    trace = call.trace
-    # With tracing on, one call for the `parse` span and the prompt event.
-    req = parse(body) if trace is None else trace.parse(parse, body)
+    req = _parse_traced(call, parse, body)
     operation = "chat" if req.endpoint == "chat" else "text_completion"
     with Recording(gw, call, req.model, operation, req.stream) as rec:
         guard_headers: Headers = ()
@@ -70,6 +68,24 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
                 req = parse(forwarded)
         plan = _decide_traced(gw, call, req)
         rec.outcome = await _do(gw, call, req, plan, guard_headers, rec)
+
+
+def _parse_traced(
+    call: Call, parse: Callable[[bytes], ParsedRequest], body: bytes
+) -> ParsedRequest:
+    """`parse(body)`, with tracing on recorded whole as the `parse` span and the prompt
+    event (one call)."""
+    trace = call.trace
+    if trace is None:
+        return parse(body)
+    started = time.time_ns()
+    try:
+        req = parse(body)
+    except BaseException as e:
+        trace.parsed(started, body, e)
+        raise
+    trace.parsed(started, body)
+    return req
 
 
 # -- decide: where the request goes, before anything is sent -------------------------------

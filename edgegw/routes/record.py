@@ -104,6 +104,7 @@ def record(
             usage=None if outcome is None else outcome.usage,
             finish_reasons=() if outcome is None else outcome.finish_reasons,
             ttft_s=ttft_s,
+            choices=None if call.trace_content is None else call.trace_content.choices(),
         )
     gw.telemetry.record_generation(
         provider=provider,

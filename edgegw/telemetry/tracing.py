@@ -38,21 +38,23 @@ Per request (`RequestTrace`): one SERVER span, continued from the client's `trac
 attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
 connection), MCP tool executions. Routing code (model aliases, failover) records its
 attempts with `RequestTrace.span("route.attempt", ...)`.
-No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true: then
-the request body is the server span's `gen_ai.user.message` event and each choice of the
-answer a `gen_ai.choice` event (`Completion`, fed by the relays).
+No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true (the
+record's `content`, which records no text without it): then the request body is the server
+span's `gen_ai.user.message` event and each choice of the answer a `gen_ai.choice` event (the
+request's `Completion`, `Call.trace_content`, fed by the relays and handed to the record's
+`generation` as values when the request is recorded).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import trio
 
-from edgegw._core import Span, SpanQueue, TraceRecord, read_traceparent
+from edgegw._core import SpanQueue, TraceRecord, read_traceparent
 from edgegw.ids import getrandbits
 from edgegw.telemetry.otelsdk import read_parent, trace_state
 
@@ -113,10 +115,13 @@ class Tracing:
             state = trace_state(raw_state)
         if not self.sampled(trace_id, parent_sampled):
             return None
-        completion = Completion() if self.content else None
-        trace = TraceRecord(trace_id, state, getrandbits(64), self.queue, completion)
+        trace = TraceRecord(trace_id, state, getrandbits(64), self.queue, self.content)
         trace.open_server(method, path, request_id, parent_id)
         return trace
+
+    def completion(self) -> Completion:
+        """A traced request's answer text, with TELEMETRY_TRACING_CONTENT (`Completion`)."""
+        return Completion()
 
     def passed_on(self, headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         """For a request not sampled: the client's trace context as it goes upstream
@@ -164,7 +169,7 @@ class Tracing:
 class Completion:
     """TELEMETRY_TRACING_CONTENT: an answer's text per choice as the client got it (a whole
     answer's messages, a stream's deltas joined), at most MAX_CONTENT_CHARS a choice, and
-    its finish_reason; `record` makes them one `gen_ai.choice` event a choice."""
+    its finish_reason; `choices` hands them to the trace (one `gen_ai.choice` event each)."""
 
     __slots__ = ("texts", "sizes", "reasons")
 
@@ -204,12 +209,9 @@ class Completion:
             if isinstance(reason, str):
                 self.reasons[i] = clip(reason)
 
-    def record(self, span: Span) -> None:
-        for i in sorted(self.texts):
-            attrs: dict[str, Any] = {"index": i, "gen_ai.content": "".join(self.texts[i])}
-            if i in self.reasons:
-                attrs["finish_reason"] = self.reasons[i]
-            span.add_event("gen_ai.choice", attrs)
+    def choices(self) -> list[tuple[int, str, str | None]]:
+        """(index, text, finish_reason) of each choice, by index."""
+        return [(i, "".join(self.texts[i]), self.reasons.get(i)) for i in sorted(self.texts)]
 
 
 def clip(value: str) -> str:

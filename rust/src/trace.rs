@@ -285,6 +285,9 @@ pub struct Record {
     trace_state: String,
     /// The span ids of `child`: a bijection of (seed, index), so distinct in a record.
     seed: u64,
+    /// TELEMETRY_TRACING_CONTENT: the prompt and the answer's choices are recorded (events
+    /// of the server span); without it no text of theirs is, whatever the hooks are given.
+    content: bool,
     spans: Vec<Span>,
     /// Per span: ended, and whether its entry was taken.
     ended: Vec<bool>,
@@ -302,6 +305,17 @@ pub struct Generation<'a> {
     pub output_tokens: Option<i64>,
     pub finish_reasons: &'a [String],
     pub ttft_s: Option<f64>,
+    /// The answer's text by choice, as the client got it (recorded with `content` only).
+    pub choices: &'a [Choice],
+}
+
+/// One choice of an answer, for its `gen_ai.choice` event: its index (None: not an int64),
+/// its text (the caller keeps at most MAX_CONTENT_CHARS) and its finish reason.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Choice {
+    pub index: Option<i64>,
+    pub text: String,
+    pub finish_reason: Option<String>,
 }
 
 /// A usage's token count: OpenAI's member (`prompt_tokens`), else Anthropic's
@@ -312,11 +326,12 @@ pub fn token_count(openai: Option<Option<i64>>, anthropic: Option<Option<i64>>) 
 }
 
 impl Record {
-    pub fn new(trace_id: u128, trace_state: String, seed: u64) -> Self {
+    pub fn new(trace_id: u128, trace_state: String, seed: u64, content: bool) -> Self {
         Record {
             trace_id,
             trace_state,
             seed,
+            content,
             spans: Vec::with_capacity(6),
             ended: Vec::with_capacity(6),
             taken: Vec::with_capacity(6),
@@ -529,9 +544,30 @@ impl Record {
         Ok((traceparent(self.trace_id, span_id), &self.trace_state))
     }
 
-    /// The request body (the prompt) as the server span's `gen_ai.user.message` event:
-    /// `gen_ai.content`, its first MAX_CONTENT_CHARS characters.
-    pub fn prompt(&mut self, body: &[u8], now: u64) -> Result<(), NoSuchSpan> {
+    /// The `parse` span of the request body, from `start_ns` to `now`, failed with `error`
+    /// when parsing raised it; else, with `content`, the body (the prompt) as the server
+    /// span's `gen_ai.user.message` event. Whether spans are due for export.
+    pub fn parsed(
+        &mut self,
+        start_ns: u64,
+        now: u64,
+        body: &[u8],
+        error: Option<&str>,
+    ) -> Result<bool, NoSuchSpan> {
+        let i = self.child("parse".into(), 0, INTERNAL, start_ns, Vec::new())?;
+        if let Some(code) = error {
+            self.mark_failed(i, code)?;
+        }
+        let due = self.close(i, now)?;
+        if error.is_none() && self.content {
+            self.prompt(body, now)?;
+        }
+        Ok(due)
+    }
+
+    /// The prompt's event: `gen_ai.content`, the body's first MAX_CONTENT_CHARS characters
+    /// (decoded only then).
+    fn prompt(&mut self, body: &[u8], now: u64) -> Result<(), NoSuchSpan> {
         let text = String::from_utf8_lossy(body);
         let attrs = vec![(
             "gen_ai.content".into(),
@@ -661,8 +697,9 @@ impl Record {
 
     /// The GenAI semantic-convention attributes of a chat or completions request, on the
     /// server span: operation, provider (and its older name `gen_ai.system`), request and
-    /// response model (clipped), token usage, finish reasons, time to first token.
-    pub fn generation(&mut self, g: &Generation<'_>) -> Result<(), NoSuchSpan> {
+    /// response model (clipped), token usage, finish reasons, time to first token; with
+    /// `content`, a `gen_ai.choice` event a choice at `now`.
+    pub fn generation(&mut self, g: &Generation<'_>, now: u64) -> Result<(), NoSuchSpan> {
         let attrs = &mut self.span_mut(0)?.attributes;
         set_str(attrs, "gen_ai.operation.name", g.operation);
         set_str(attrs, "gen_ai.provider.name", g.provider);
@@ -711,6 +748,19 @@ impl Record {
                 "gen_ai.server.time_to_first_token".into(),
                 Some(Value::Double(t)),
             );
+        }
+        if self.content {
+            for c in g.choices {
+                let mut attrs = Vec::with_capacity(3);
+                if let Some(i) = c.index {
+                    attrs.push(("index".into(), Value::Int(i)));
+                }
+                attrs.push(("gen_ai.content".into(), Value::Str(c.text.clone())));
+                if let Some(r) = &c.finish_reason {
+                    attrs.push(("finish_reason".into(), Value::Str(r.clone())));
+                }
+                self.add_event(0, "gen_ai.choice".into(), attrs, now)?;
+            }
         }
         Ok(())
     }
@@ -879,9 +929,9 @@ mod tests {
     const T0: u64 = 1_700_000_000_000_000_000;
 
     /// A record of trace TRACE_ID (tracestate `vendor=1`) with its server span open at T0,
-    /// continuing the client's span SPAN_ID.
+    /// continuing the client's span SPAN_ID; recording content.
     fn record() -> Record {
-        let mut r = Record::new(TRACE_ID, "vendor=1".into(), 42);
+        let mut r = Record::new(TRACE_ID, "vendor=1".into(), 42, true);
         let i = r.open_server("POST", "/v1/chat/completions", "req-1", Some(SPAN_ID), T0);
         assert_eq!(i, 0);
         r
@@ -929,7 +979,7 @@ mod tests {
         assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
         assert!([a, b].iter().all(|s| s.trace_id == TRACE_ID));
         // A root: no parent, not remote.
-        let mut root = Record::new(TRACE_ID, String::new(), 0);
+        let mut root = Record::new(TRACE_ID, String::new(), 0, true);
         root.open_server("GET", "/v1/models", "req-2", None, T0);
         let span = root.span(0).unwrap();
         assert_eq!((span.parent_id, span.remote_parent), (None, false));
@@ -950,11 +1000,11 @@ mod tests {
         assert_eq!(r.attempt_done(5, 200, false, T0), Err(NoSuchSpan));
         assert_eq!(r.connect(5, T0, T0, "h", 1, None), Err(NoSuchSpan));
         assert!(r.context(5).is_err());
-        let mut empty = Record::new(TRACE_ID, String::new(), 0);
+        let mut empty = Record::new(TRACE_ID, String::new(), 0, true);
         assert_eq!(empty.finish(Some(200), None, T0), Err(NoSuchSpan));
-        assert_eq!(empty.prompt(b"hi", T0), Err(NoSuchSpan));
+        assert_eq!(empty.parsed(T0, T0, b"hi", None), Err(NoSuchSpan));
         assert_eq!(
-            empty.generation(&Generation::default()),
+            empty.generation(&Generation::default(), T0),
             Err(NoSuchSpan),
             "the GenAI attributes go on the server span"
         );
@@ -1123,16 +1173,20 @@ mod tests {
     fn generation_writes_the_genai_attributes() {
         let mut r = record();
         let reasons = ["stop".to_string(), "x".repeat(300)];
-        r.generation(&Generation {
-            operation: "chat",
-            provider: "openai",
-            model: "openai/gpt-4o-mini",
-            response_model: Some("gpt-4o-mini-2024-07-18"),
-            input_tokens: Some(7),
-            output_tokens: Some(3),
-            finish_reasons: &reasons,
-            ttft_s: Some(0.25),
-        })
+        r.generation(
+            &Generation {
+                operation: "chat",
+                provider: "openai",
+                model: "openai/gpt-4o-mini",
+                response_model: Some("gpt-4o-mini-2024-07-18"),
+                input_tokens: Some(7),
+                output_tokens: Some(3),
+                finish_reasons: &reasons,
+                ttft_s: Some(0.25),
+                choices: &[],
+            },
+            T0,
+        )
         .unwrap();
         let span = r.span(0).unwrap();
         let expected = [
@@ -1160,13 +1214,16 @@ mod tests {
         }
         // Nothing known: no response model (nor an empty one), usage or reasons.
         let mut r = record();
-        r.generation(&Generation {
-            operation: "text_completion",
-            provider: "local",
-            model: "qwen3-8b",
-            response_model: Some(""),
-            ..Generation::default()
-        })
+        r.generation(
+            &Generation {
+                operation: "text_completion",
+                provider: "local",
+                model: "qwen3-8b",
+                response_model: Some(""),
+                ..Generation::default()
+            },
+            T0,
+        )
         .unwrap();
         let span = r.span(0).unwrap();
         for key in [
@@ -1199,10 +1256,105 @@ mod tests {
     }
 
     #[test]
+    fn the_parse_span_says_whether_the_body_parsed() {
+        let mut r = record();
+        assert_eq!(r.parsed(T0 + 1, T0 + 2, b"{}", None), Ok(false));
+        assert_eq!(
+            r.parsed(T0 + 3, T0 + 4, b"{", Some("invalid_request")),
+            Ok(false)
+        );
+        let (ok, bad) = (r.span(1).unwrap(), r.span(2).unwrap());
+        assert_eq!(
+            (ok.name.as_ref(), ok.kind, ok.error),
+            ("parse", INTERNAL, false)
+        );
+        assert_eq!((ok.start_unix_nano, ok.end_unix_nano), (T0 + 1, T0 + 2));
+        assert!(ok.attributes.is_empty());
+        assert_eq!(
+            (bad.start_unix_nano, bad.end_unix_nano, bad.error),
+            (T0 + 3, T0 + 4, true)
+        );
+        assert_eq!(
+            attr(bad, "error.type"),
+            str_value("invalid_request").as_ref()
+        );
+        // The prompt of the body that parsed only.
+        let events = &r.span(0).unwrap().events;
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].attributes[0].1, Value::Str("{}".into()));
+    }
+
+    /// A finished chat request's record, its prompt "secret prompt" and its answer's two
+    /// choices given to it, recording content or not.
+    fn with_content(content: bool) -> Record {
+        let mut r = Record::new(TRACE_ID, String::new(), 7, content);
+        r.open_server("POST", "/v1/chat/completions", "req", None, T0);
+        r.parsed(T0, T0 + 1, b"secret prompt", None).unwrap();
+        let choices = [
+            Choice {
+                index: Some(0),
+                text: "secret answer".into(),
+                finish_reason: Some("stop".into()),
+            },
+            Choice {
+                index: None,
+                text: String::new(),
+                finish_reason: None,
+            },
+        ];
+        let g = Generation {
+            operation: "chat",
+            provider: "openai",
+            model: "gpt-4o",
+            choices: &choices,
+            ..Generation::default()
+        };
+        r.generation(&g, T0 + 2).unwrap();
+        r.finish(Some(200), None, T0 + 3).unwrap();
+        r
+    }
+
+    #[test]
+    fn content_is_recorded_only_when_on() {
+        let r = with_content(true);
+        let events = &r.span(0).unwrap().events;
+        let names: Vec<&str> = events.iter().map(|e| e.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            ["gen_ai.user.message", "gen_ai.choice", "gen_ai.choice"]
+        );
+        assert_eq!(
+            events[1].attributes,
+            vec![
+                ("index".into(), Value::Int(0)),
+                ("gen_ai.content".into(), Value::Str("secret answer".into())),
+                ("finish_reason".into(), Value::Str("stop".into())),
+            ]
+        );
+        assert_eq!(events[1].time_unix_nano, T0 + 2);
+        // An index that is no int64 and no finish reason: those attributes left out.
+        assert_eq!(
+            events[2].attributes,
+            vec![("gen_ai.content".into(), Value::Str(String::new()))]
+        );
+        // Off: not a byte of either, in any span.
+        let mut off = with_content(false);
+        assert!(off.span(0).unwrap().events.is_empty());
+        let (entries, n) = off.entries();
+        assert_eq!(n, 2);
+        assert!(memchr::memmem::find(&entries, b"secret").is_none());
+    }
+
+    #[test]
     fn events_are_bounded_and_a_prompt_is_clipped() {
         let mut r = record();
-        r.prompt("é".repeat(MAX_CONTENT_CHARS + 10).as_bytes(), T0 + 1)
-            .unwrap();
+        r.parsed(
+            T0,
+            T0 + 1,
+            "é".repeat(MAX_CONTENT_CHARS + 10).as_bytes(),
+            None,
+        )
+        .unwrap();
         let event = &r.span(0).unwrap().events[0];
         assert_eq!(event.name, "gen_ai.user.message");
         assert_eq!(event.time_unix_nano, T0 + 1);
@@ -1214,7 +1366,7 @@ mod tests {
             )]
         );
         // Bytes that are not UTF-8 are replaced, not refused.
-        r.prompt(b"a\xffb", T0).unwrap();
+        r.parsed(T0, T0, b"a\xffb", None).unwrap();
         assert_eq!(
             r.span(0).unwrap().events[1].attributes[0].1,
             Value::Str("a\u{fffd}b".into())
@@ -1257,7 +1409,7 @@ mod tests {
     /// A traced request of two spans (server and one child) into `queue`, trace id
     /// TRACE_ID + `i`: whether a whole batch then waits.
     fn traced_request(queue: &mut Queue, i: u64) -> bool {
-        let mut r = Record::new(TRACE_ID + u128::from(i), String::new(), i + 1);
+        let mut r = Record::new(TRACE_ID + u128::from(i), String::new(), i + 1, false);
         r.open_server("GET", "/v1/models", "req", None, T0);
         let parse = r
             .child("parse".into(), 0, INTERNAL, T0, Vec::new())

@@ -7,8 +7,8 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
 use crate::trace::{
-    key_of, parse_traceparent, token_count, trace_id_hex, Generation, NoSuchSpan, Queue, Record,
-    INTERNAL,
+    key_of, parse_traceparent, token_count, trace_id_hex, Choice, Generation, NoSuchSpan, Queue,
+    Record, INTERNAL,
 };
 
 /// A Python str as a key (KNOWN_NAMES).
@@ -351,9 +351,6 @@ impl From<NoSuchSpan> for PyErr {
 struct TraceRecord {
     inner: Record,
     queue: Option<Py<SpanQueue>>,
-    /// TELEMETRY_TRACING_CONTENT: the answer's text (edgegw.telemetry.tracing.Completion),
-    /// fed by the relays; None when the setting is off, and then no content is recorded.
-    completion: Option<Py<PyAny>>,
 }
 
 /// A handle on one span of a record (`TraceRecord.span`, `.attempt`, ...), and a span scope:
@@ -382,6 +379,9 @@ fn now_ns() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
+
+/// A choice of an answer as Completion.choices gives it: (index, text, finish reason).
+type ChoiceArgs<'py> = (Bound<'py, PyInt>, String, Option<String>);
 
 /// A usage member: None when absent or None, else the int (not a bool) in int64 it holds
 /// (trace::token_count).
@@ -481,18 +481,18 @@ fn attempt_of<'py>(
 #[pymethods]
 impl TraceRecord {
     #[new]
-    #[pyo3(signature = (trace_id, trace_state, seed=0, queue=None, completion=None))]
+    /// `content`: TELEMETRY_TRACING_CONTENT (the prompt and the answer's text recorded).
+    #[pyo3(signature = (trace_id, trace_state, seed=0, queue=None, content=false))]
     fn new(
         trace_id: u128,
         trace_state: String,
         seed: u64,
         queue: Option<Py<SpanQueue>>,
-        completion: Option<Py<PyAny>>,
+        content: bool,
     ) -> Self {
         TraceRecord {
-            inner: Record::new(trace_id, trace_state, seed),
+            inner: Record::new(trace_id, trace_state, seed, content),
             queue,
-            completion,
         }
     }
 
@@ -548,13 +548,6 @@ impl TraceRecord {
     #[getter]
     fn server(slf: &Bound<'_, Self>) -> SpanHandle {
         handle(slf, 0)
-    }
-
-    /// The answer's text (edgegw.telemetry.tracing.Completion), fed by the relays; None
-    /// unless TELEMETRY_TRACING_CONTENT.
-    #[getter]
-    fn completion(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.completion.as_ref().map(|c| c.clone_ref(py))
     }
 
     /// A child span of the server span, now, with `attributes`: the scope of parsing,
@@ -631,38 +624,23 @@ impl TraceRecord {
         Ok(self.inner.mark_failed(span.index, &error_type(e)?)?)
     }
 
-    /// The request body (the prompt) as the server span's `gen_ai.user.message` event, only
-    /// with TELEMETRY_TRACING_CONTENT (decoded only then).
-    fn prompt(&mut self, body: &[u8]) -> PyResult<()> {
-        if self.completion.is_none() {
-            return Ok(());
-        }
-        Ok(self.inner.prompt(body, now_ns())?)
-    }
-
-    /// `parse(body)` in a `parse` span (failed with the error it raises, which goes on),
-    /// then the prompt event (`prompt`): the span's scope and the event in one call.
-    fn parse<'py>(
-        slf: &Bound<'py, Self>,
-        parse: &Bound<'py, PyAny>,
-        body: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let i = slf
-            .borrow_mut()
+    /// The `parse` span of `body`, from `start_ns` (`time.time_ns()` before parsing) to now,
+    /// failed with `error` when parsing raised it; else with TELEMETRY_TRACING_CONTENT the
+    /// prompt event (trace::Record::parsed).
+    #[pyo3(signature = (start_ns, body, error=None))]
+    fn parsed(
+        &mut self,
+        py: Python<'_>,
+        start_ns: u64,
+        body: &[u8],
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let code = error.map(error_type).transpose()?;
+        let due = self
             .inner
-            .child("parse".into(), 0, INTERNAL, now_ns(), Vec::new())?;
-        let parsed = parse.call1((body,));
-        let mut this = slf.borrow_mut();
-        if let Err(e) = &parsed {
-            this.inner
-                .mark_failed(i, &error_type(e.value(py).as_any())?)?;
-        }
-        this.close(py, i)?;
-        if parsed.is_ok() && this.completion.is_some() {
-            this.prompt(body.extract()?)?;
-        }
-        parsed
+            .parsed(start_ns, now_ns(), body, code.as_deref())?;
+        self.export_if(py, due);
+        Ok(())
     }
 
     /// The routing decision's `route` span, from `start_ns` (`time.time_ns()` before it)
@@ -687,12 +665,14 @@ impl TraceRecord {
 
     /// The GenAI attributes of a chat or completions request, on the server span
     /// (trace::Record::generation; token usage by OpenAI's or Anthropic's member names),
-    /// and with TELEMETRY_TRACING_CONTENT the answer's `gen_ai.choice` events
-    /// (`Completion.record`).
+    /// and with TELEMETRY_TRACING_CONTENT a `gen_ai.choice` event for each of `choices`
+    /// (index, text, finish reason: edgegw.telemetry.tracing.Completion's).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (*, operation, provider, model, response_model, usage, finish_reasons, ttft_s))]
+    #[pyo3(signature = (
+        *, operation, provider, model, response_model, usage, finish_reasons, ttft_s, choices=None
+    ))]
     fn generation(
-        slf: &Bound<'_, Self>,
+        &mut self,
         operation: &str,
         provider: &str,
         model: &str,
@@ -700,6 +680,7 @@ impl TraceRecord {
         usage: Option<&Bound<'_, PyDict>>,
         finish_reasons: Vec<String>,
         ttft_s: Option<f64>,
+        choices: Option<Vec<ChoiceArgs<'_>>>,
     ) -> PyResult<()> {
         let (mut input_tokens, mut output_tokens) = (None, None);
         if let Some(u) = usage {
@@ -712,24 +693,28 @@ impl TraceRecord {
                 usage_member(u, "output_tokens")?,
             );
         }
-        let completion = {
-            let mut this = slf.borrow_mut();
-            this.inner.generation(&Generation {
-                operation,
-                provider,
-                model,
-                response_model,
-                input_tokens,
-                output_tokens,
-                finish_reasons: &finish_reasons,
-                ttft_s,
-            })?;
-            this.completion.as_ref().map(|c| c.clone_ref(slf.py()))
+        let choices: Vec<Choice> = choices
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(index, text, finish_reason)| Choice {
+                // An index past int64 is left out, as any such attribute value is.
+                index: index.extract::<i64>().ok(),
+                text,
+                finish_reason,
+            })
+            .collect();
+        let g = Generation {
+            operation,
+            provider,
+            model,
+            response_model,
+            input_tokens,
+            output_tokens,
+            finish_reasons: &finish_reasons,
+            ttft_s,
+            choices: &choices,
         };
-        if let Some(c) = completion {
-            c.bind(slf.py()).call_method1("record", (handle(slf, 0),))?;
-        }
-        Ok(())
+        Ok(self.inner.generation(&g, now_ns())?)
     }
 
     /// Ends the server span (trace::Record::finish). The trace's ended spans go to the
