@@ -157,7 +157,7 @@ class App:
             if call.trace is None:
                 await self._authenticate(call)
             else:
-                with call.trace.span("authenticate"):
+                with call.trace.authenticate():
                     await self._authenticate(call)
         if call.has_body():  # read whole before it may take a slot (edgegw.intake)
             await gw.intake.read(call, gw.settings.max_body_bytes)

@@ -108,16 +108,8 @@ class Agent:
                 if self.trace is None:
                     results[i] = result = await self._run_tool(tc)
                 else:
-                    name = str((tc.get("function") or {}).get("name"))[:256]
-                    with self.trace.span(
-                        f"execute_tool {name}",
-                        **{
-                            "gen_ai.operation.name": "execute_tool",
-                            "gen_ai.tool.name": name,
-                            "gen_ai.tool.type": "mcp",
-                            "gen_ai.tool.call.id": str(tc.get("id"))[:256],
-                        },
-                    ) as span:
+                    name = str((tc.get("function") or {}).get("name"))
+                    with self.trace.tool(name, str(tc.get("id"))) as span:
                         results[i] = result = await self._run_tool(tc)
                         if result.is_error:
                             self.trace.fail(span, "tool_error")

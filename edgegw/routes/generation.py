@@ -185,9 +185,7 @@ async def _do(
     if plan.fallback is None or reason not in rt.profile.triggers:
         raise refusal
     if call.trace is not None:
-        call.trace.server.add_event(
-            "edgegw.fallback", {"edgegw.fallback.reason": reason, "to": plan.fallback}
-        )
+        call.trace.fallback(reason, plan.fallback)
     try:
         # A fallback names its provider in the profile; ?provider= only routes client models.
         remote = gw.resolver.remote(plan.fallback, None)
@@ -250,8 +248,7 @@ async def _deployment(
     With tracing on, one `route.attempt` span (its upstream attempts are its siblings)."""
     if call.trace is None:
         return await _attempt(gw, call, req, forbid, d, screen, extra)
-    attrs = {"gen_ai.provider.name": d.provider, "gen_ai.request.model": d.model[:256]}
-    with call.trace.span("route.attempt", **attrs):
+    with call.trace.route_attempt(d.provider, d.model):
         return await _attempt(gw, call, req, forbid, d, screen, extra)
 
 

@@ -37,7 +37,8 @@ Per request (`RequestTrace`): one SERVER span, continued from the client's `trac
 `tracestate`; children for authentication, parsing, the routing decision, each upstream
 attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
 connection), MCP tool executions. Routing code (model aliases, failover) records its
-attempts with `RequestTrace.span("route.attempt", ...)`.
+attempts with `RequestTrace.route_attempt`. The hooks name their spans, events and
+attributes in the core (rust/src/trace.rs), not here.
 No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true (the
 record's `content`, which records no text without it): then the request body is the server
 span's `gen_ai.user.message` event and each choice of the answer a `gen_ai.choice` event (the

@@ -10,43 +10,6 @@ use std::collections::VecDeque;
 
 use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
 
-/// The span names, event names and attribute keys edgegw's own code passes in (spans of
-/// the request path, the MCP tool span, their attributes): kept as the static str, with no
-/// allocation; any other is copied.
-const KNOWN_NAMES: &[&str] = &[
-    "parse",
-    "route",
-    "route.attempt",
-    "authenticate",
-    "connect",
-    "edgegw.fallback",
-    "gen_ai.choice",
-    "gen_ai.request.model",
-    "gen_ai.provider.name",
-    "gen_ai.operation.name",
-    "gen_ai.tool.name",
-    "gen_ai.tool.type",
-    "gen_ai.tool.call.id",
-    "gen_ai.content",
-    "edgegw.route.target",
-    "edgegw.route.named_profile",
-    "edgegw.route.reason",
-    "edgegw.fallback.reason",
-    "edgegw.sie_request_id",
-    "http.response.status_code",
-    "finish_reason",
-    "index",
-    "to",
-];
-
-/// `name` as a key: the static one when it is a known name.
-pub fn key_of(name: &str) -> Key {
-    match KNOWN_NAMES.iter().find(|k| **k == name) {
-        Some(k) => Cow::Borrowed(k),
-        None => Cow::Owned(name.to_owned()),
-    }
-}
-
 /// Lowercase hex digits only (the propagator's `[0-9a-f]`), as a number.
 fn lower_hex(digits: &[u8]) -> Option<u128> {
     let mut v: u128 = 0;
@@ -601,6 +564,59 @@ impl Record {
             self.mark_failed(i, code)?;
         }
         self.close(i, now)
+    }
+
+    /// The `authenticate` span from `now`: checking the caller's client key or token.
+    pub fn authenticate(&mut self, now: u64) -> Result<usize, NoSuchSpan> {
+        self.child("authenticate".into(), 0, INTERNAL, now, Vec::new())
+    }
+
+    /// A routed request's `route.attempt` span from `now`: one deployment tried, its
+    /// provider and model (clipped); its upstream attempts are its siblings.
+    pub fn route_attempt(
+        &mut self,
+        provider: &str,
+        model: &str,
+        now: u64,
+    ) -> Result<usize, NoSuchSpan> {
+        let attributes = vec![
+            (
+                "gen_ai.provider.name".into(),
+                Value::Str(provider.to_owned()),
+            ),
+            ("gen_ai.request.model".into(), Value::Str(clip(model))),
+        ];
+        self.child("route.attempt".into(), 0, INTERNAL, now, attributes)
+    }
+
+    /// An MCP tool execution's span from `now` (GenAI's `execute_tool {name}`): the tool's
+    /// name and the call's id, both from the model's answer (clipped).
+    pub fn tool(&mut self, name: &str, call_id: &str, now: u64) -> Result<usize, NoSuchSpan> {
+        let name = clip(name);
+        let span_name = format!("execute_tool {name}");
+        let attributes = vec![
+            (
+                "gen_ai.operation.name".into(),
+                Value::Str("execute_tool".into()),
+            ),
+            ("gen_ai.tool.name".into(), Value::Str(name)),
+            ("gen_ai.tool.type".into(), Value::Str("mcp".into())),
+            ("gen_ai.tool.call.id".into(), Value::Str(clip(call_id))),
+        ];
+        self.child(span_name.into(), 0, INTERNAL, now, attributes)
+    }
+
+    /// A local model with no worker to serve it fell back to its remote profile `to`: the
+    /// server span's `edgegw.fallback` event at `now`, with the reason.
+    pub fn fallback(&mut self, reason: &str, to: &str, now: u64) -> Result<(), NoSuchSpan> {
+        let attributes = vec![
+            (
+                "edgegw.fallback.reason".into(),
+                Value::Str(reason.to_owned()),
+            ),
+            ("to".into(), Value::Str(to.to_owned())),
+        ];
+        self.add_event(0, "edgegw.fallback".into(), attributes, now)
     }
 
     /// A CLIENT child of the server span from `now`, to `host`:`port` (a proxied request).
@@ -1237,6 +1253,73 @@ mod tests {
     }
 
     #[test]
+    fn the_request_paths_other_spans_name_what_they_did() {
+        let mut r = record();
+        let server_id = r.span(0).unwrap().span_id;
+        let auth = r.authenticate(T0 + 1).unwrap();
+        let attempt = r.route_attempt("groq", &"m".repeat(300), T0 + 2).unwrap();
+        let tool = r.tool(&"t".repeat(300), "call_1", T0 + 3).unwrap();
+        r.fallback("no_worker", "openai/gpt-4o", T0 + 4).unwrap();
+        let auth = r.span(auth).unwrap();
+        assert_eq!((auth.name.as_ref(), auth.kind), ("authenticate", INTERNAL));
+        assert!(auth.attributes.is_empty());
+        let attempt = r.span(attempt).unwrap();
+        assert_eq!(attempt.name, "route.attempt");
+        assert_eq!(
+            attr(attempt, "gen_ai.provider.name"),
+            str_value("groq").as_ref()
+        );
+        assert_eq!(
+            attr(attempt, "gen_ai.request.model"),
+            str_value(&"m".repeat(256)).as_ref()
+        );
+        let tool = r.span(tool).unwrap();
+        assert_eq!(tool.name, format!("execute_tool {}", "t".repeat(256)));
+        let attrs: Vec<(&str, &Value)> = tool
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.as_ref(), v))
+            .collect();
+        assert_eq!(
+            attrs,
+            [
+                ("gen_ai.operation.name", &Value::Str("execute_tool".into())),
+                ("gen_ai.tool.name", &Value::Str("t".repeat(256))),
+                ("gen_ai.tool.type", &Value::Str("mcp".into())),
+                ("gen_ai.tool.call.id", &Value::Str("call_1".into())),
+            ]
+        );
+        for span in [auth, attempt, tool] {
+            assert_eq!(span.parent_id, Some(server_id));
+        }
+        let event = &r.span(0).unwrap().events[0];
+        assert_eq!(
+            (event.name.as_ref(), event.time_unix_nano),
+            ("edgegw.fallback", T0 + 4)
+        );
+        assert_eq!(
+            event.attributes,
+            vec![
+                (
+                    "edgegw.fallback.reason".into(),
+                    Value::Str("no_worker".into())
+                ),
+                ("to".into(), Value::Str("openai/gpt-4o".into())),
+            ]
+        );
+        // Every name the hooks write is static: recording them allocates nothing.
+        let names = r.spans.iter().map(|s| &s.name).chain(
+            r.spans
+                .iter()
+                .flat_map(|s| s.attributes.iter().map(|(k, _)| k)),
+        );
+        for name in names {
+            let dynamic = name.starts_with("POST ") || name.starts_with("execute_tool ");
+            assert_eq!(matches!(name, Cow::Borrowed(_)), !dynamic, "{name}");
+        }
+    }
+
+    #[test]
     fn a_token_count_is_openais_member_else_anthropics() {
         let cases = [
             (Some(Some(7)), Some(Some(9)), Some(7)),
@@ -1460,15 +1543,5 @@ mod tests {
         queue.clear();
         assert_eq!((queue.pending, queue.take(|_, n| n)), (0, None));
         assert_eq!((queue.exported, queue.queue_full), (0, 0));
-    }
-
-    #[test]
-    fn known_names_are_not_copied() {
-        assert!(matches!(
-            key_of("route.attempt"),
-            Cow::Borrowed("route.attempt")
-        ));
-        assert!(matches!(key_of("gen_ai.request.model"), Cow::Borrowed(_)));
-        assert!(matches!(key_of("something.else"), Cow::Owned(s) if s == "something.else"));
     }
 }

@@ -7,16 +7,17 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
 use crate::trace::{
-    key_of, parse_traceparent, token_count, trace_id_hex, Choice, Generation, NoSuchSpan, Queue,
-    Record, INTERNAL,
+    parse_traceparent, token_count, trace_id_hex, Choice, Generation, NoSuchSpan, Queue, Record,
+    INTERNAL,
 };
 
-/// A Python str as a key (KNOWN_NAMES).
+/// A Python str as a key: a copy (the names edgegw writes on the request path are trace.rs's
+/// own, static, written by its hooks).
 fn py_key(k: &Bound<'_, PyAny>) -> PyResult<Key> {
     let s = k
         .cast::<PyString>()
         .map_err(|_| PyTypeError::new_err("attribute keys must be str"))?;
-    Ok(key_of(s.to_str()?))
+    Ok(s.to_str()?.to_owned().into())
 }
 
 /// A Python attribute value as the SDK's encoder takes it; None for what it would
@@ -550,13 +551,12 @@ impl TraceRecord {
         handle(slf, 0)
     }
 
-    /// A child span of the server span, now, with `attributes`: the scope of parsing,
-    /// routing decisions and attempts (`route.attempt`, with `gen_ai.provider.name`,
-    /// `gen_ai.request.model`, `edgegw.route.reason`), guardrails, MCP tool executions.
+    /// A child span of the server span, now, with `attributes`, for a scope no hook below
+    /// names.
     #[pyo3(signature = (name, **attributes))]
     fn span(
         slf: &Bound<'_, Self>,
-        name: &str,
+        name: String,
         attributes: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<SpanHandle> {
         let attrs = match attributes {
@@ -566,8 +566,36 @@ impl TraceRecord {
         let i = slf
             .borrow_mut()
             .inner
-            .child(key_of(name), 0, INTERNAL, now_ns(), attrs)?;
+            .child(name.into(), 0, INTERNAL, now_ns(), attrs)?;
         Ok(handle(slf, i))
+    }
+
+    /// The `authenticate` span, now (a scope).
+    fn authenticate(slf: &Bound<'_, Self>) -> PyResult<SpanHandle> {
+        let i = slf.borrow_mut().inner.authenticate(now_ns())?;
+        Ok(handle(slf, i))
+    }
+
+    /// A routed request's `route.attempt` span for one deployment, now (a scope;
+    /// trace::Record::route_attempt).
+    fn route_attempt(slf: &Bound<'_, Self>, provider: &str, model: &str) -> PyResult<SpanHandle> {
+        let i = slf
+            .borrow_mut()
+            .inner
+            .route_attempt(provider, model, now_ns())?;
+        Ok(handle(slf, i))
+    }
+
+    /// An MCP tool execution's span, now (a scope; trace::Record::tool).
+    fn tool(slf: &Bound<'_, Self>, name: &str, call_id: &str) -> PyResult<SpanHandle> {
+        let i = slf.borrow_mut().inner.tool(name, call_id, now_ns())?;
+        Ok(handle(slf, i))
+    }
+
+    /// The fallback of a local model to its remote profile `to`, now: the server span's
+    /// `edgegw.fallback` event (trace::Record::fallback).
+    fn fallback(&mut self, reason: &str, to: &str) -> PyResult<()> {
+        Ok(self.inner.fallback(reason, to, now_ns())?)
     }
 
     /// A CLIENT child of the server span, now, to `host`:`port` (a proxied request), ended
@@ -732,7 +760,7 @@ impl TraceRecord {
 
     #[pyo3(name = "set")]
     fn set_item(&mut self, i: usize, key: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.set(i, key_of(key), value)
+        self.set(i, key.to_owned().into(), value)
     }
 
     /// Every item of a dict, as `set` would.
@@ -789,7 +817,7 @@ impl SpanHandle {
         self.record
             .bind(py)
             .borrow_mut()
-            .set(self.index, key_of(key), value)
+            .set(self.index, key.to_owned().into(), value)
     }
 
     /// Every item of a mapping, as `set_attribute` would.
@@ -813,7 +841,7 @@ impl SpanHandle {
         let mut record = self.record.bind(py).borrow_mut();
         Ok(record
             .inner
-            .add_event(self.index, key_of(name), attrs, now_ns())?)
+            .add_event(self.index, name.to_owned().into(), attrs, now_ns())?)
     }
 
     /// Failed: `error.type` names `e` (a code, or an exception's code, reason or class).
