@@ -43,6 +43,9 @@ __all__ = [
     "ConnectHook",
     "SpanQueue",
     "encode_otlp_spans",
+    "TRACE_MAX_EVENTS",
+    "TRACE_MAX_CONTENT_CHARS",
+    "TRACE_MAX_ATTRIBUTE_CHARS",
 ]
 
 MAX_JSON_DEPTH: int
@@ -303,6 +306,12 @@ def encode_otlp_batch(
 def read_traceparent(
     headers: Sequence[tuple[bytes, bytes]],
 ) -> tuple[int, int, bool, bytes | None] | None: ...
+
+# Tracing's limits (rust/src/trace.rs): events a span keeps, characters of a prompt or
+# choice kept (TELEMETRY_TRACING_CONTENT), characters of a client's attribute value kept.
+TRACE_MAX_EVENTS: int
+TRACE_MAX_CONTENT_CHARS: int
+TRACE_MAX_ATTRIBUTE_CHARS: int
 
 @final
 class SpanQueue:

@@ -55,7 +55,14 @@ from typing import TYPE_CHECKING
 import orjson
 import trio
 
-from edgegw._core import SpanQueue, TraceRecord, read_traceparent
+from edgegw._core import (
+    TRACE_MAX_ATTRIBUTE_CHARS,
+    TRACE_MAX_CONTENT_CHARS,
+    TRACE_MAX_EVENTS,
+    SpanQueue,
+    TraceRecord,
+    read_traceparent,
+)
 from edgegw.ids import getrandbits
 from edgegw.telemetry.otelsdk import read_parent, trace_state
 
@@ -70,16 +77,16 @@ log = logging.getLogger("edgegw.tracing")
 EXPORT_TIMEOUT_S = 5.0
 # Spans per export request (the SDK's default).
 EXPORT_BATCH_SPANS = 512
-# Attribute values from clients (a model name) are cut to this length.
-MAX_ATTRIBUTE_CHARS = 256
+# Attribute values from clients (a model name) are cut to this length (the core's limit).
+MAX_ATTRIBUTE_CHARS = TRACE_MAX_ATTRIBUTE_CHARS
 # Spans waiting for export, at most: ~350 bytes each as they wait (encoded), so under 1 MiB
 # while a collector is down (the SDK's default, OTEL_BSP_MAX_QUEUE_SIZE, is the same).
 MAX_QUEUED_SPANS = 2048
 # Choices kept by TELEMETRY_TRACING_CONTENT, as the events a span keeps (the SDK's default
-# limit; the core applies it to every span).
-MAX_EVENTS = 128
-# TELEMETRY_TRACING_CONTENT: text kept a choice (the core keeps as much of a prompt).
-MAX_CONTENT_CHARS = 4096
+# limit; the core's, which it applies to every span).
+MAX_EVENTS = TRACE_MAX_EVENTS
+# TELEMETRY_TRACING_CONTENT: text kept a choice (the core's, which keeps as much of a prompt).
+MAX_CONTENT_CHARS = TRACE_MAX_CONTENT_CHARS
 
 # One request's trace: the core's record of its spans, whose methods are the hooks.
 RequestTrace = TraceRecord

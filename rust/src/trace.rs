@@ -39,7 +39,7 @@ pub fn set_str(attrs: &mut Attributes, key: &'static str, v: &str) {
 /// An attribute value from a client (a model name): its first MAX_ATTRIBUTE_CHARS
 /// characters (edgegw.telemetry.tracing.clip).
 pub fn clip(s: &str) -> String {
-    clip_to(s, 256)
+    clip_to(s, MAX_ATTRIBUTE_CHARS)
 }
 
 pub fn clip_to(s: &str, chars: usize) -> String {
@@ -53,10 +53,13 @@ pub fn clip_to(s: &str, chars: usize) -> String {
 pub const INTERNAL: i32 = 1;
 pub const SERVER: i32 = 2;
 pub const CLIENT: i32 = 3;
+// The limits below are edgegw.telemetry.tracing's too (the core exports them).
 /// Events kept a span (the SDK's default limit).
 pub const MAX_EVENTS: usize = 128;
 /// TELEMETRY_TRACING_CONTENT: characters kept a prompt or completion event.
 pub const MAX_CONTENT_CHARS: usize = 4096;
+/// Characters kept of an attribute value from a client (a model name, a finish reason).
+pub const MAX_ATTRIBUTE_CHARS: usize = 256;
 /// Attributes a server span has room for from the start: its own three, the GenAI ones,
 /// the status and error.type (no growth of the list a request).
 pub const SERVER_ATTRIBUTES: usize = 16;

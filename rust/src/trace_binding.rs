@@ -7,8 +7,8 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyT
 
 use crate::otlp_trace::{self, Attributes, Event, Key, Span, Value};
 use crate::trace::{
-    parse_traceparent, token_count, trace_id_hex, Choice, Generation, NoSuchSpan, Queue, Record,
-    INTERNAL,
+    self, parse_traceparent, token_count, trace_id_hex, Choice, Generation, NoSuchSpan, Queue,
+    Record, INTERNAL,
 };
 
 /// A Python str as a key: a copy (the names edgegw writes on the request path are trace.rs's
@@ -920,5 +920,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SpanHandle>()?;
     m.add_class::<ConnectHook>()?;
     m.add_class::<SpanQueue>()?;
+    m.add("TRACE_MAX_EVENTS", trace::MAX_EVENTS)?;
+    m.add("TRACE_MAX_CONTENT_CHARS", trace::MAX_CONTENT_CHARS)?;
+    m.add("TRACE_MAX_ATTRIBUTE_CHARS", trace::MAX_ATTRIBUTE_CHARS)?;
     m.add_function(wrap_pyfunction!(encode_otlp_batch, m)?)
 }
