@@ -2,6 +2,7 @@
 //! rust/src/otlp_trace.rs, and back.
 
 use pyo3::exceptions::{PyIndexError, PyTypeError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -386,7 +387,10 @@ type ChoiceArgs<'py> = (Bound<'py, PyInt>, String, Option<String>);
 
 /// A usage member: None when absent or None, else the int (not a bool) in int64 it holds
 /// (trace::token_count).
-fn usage_member(usage: &Bound<'_, PyDict>, name: &str) -> PyResult<Option<Option<i64>>> {
+fn usage_member(
+    usage: &Bound<'_, PyDict>,
+    name: &Bound<'_, PyString>,
+) -> PyResult<Option<Option<i64>>> {
     Ok(match usage.get_item(name)? {
         None => None,
         Some(v) if v.is_none() => None,
@@ -712,14 +716,21 @@ impl TraceRecord {
     ) -> PyResult<()> {
         let (mut input_tokens, mut output_tokens) = (None, None);
         if let Some(u) = usage {
-            input_tokens = token_count(
-                usage_member(u, "prompt_tokens")?,
-                usage_member(u, "input_tokens")?,
-            );
-            output_tokens = token_count(
-                usage_member(u, "completion_tokens")?,
-                usage_member(u, "output_tokens")?,
-            );
+            let py = u.py();
+            // Anthropic's member is looked up only when OpenAI's is absent or null.
+            let count = |openai, anthropic| -> PyResult<Option<i64>> {
+                let first = usage_member(u, openai)?;
+                let other = match first {
+                    None => usage_member(u, anthropic)?,
+                    Some(_) => None,
+                };
+                Ok(token_count(first, other))
+            };
+            input_tokens = count(intern!(py, "prompt_tokens"), intern!(py, "input_tokens"))?;
+            output_tokens = count(
+                intern!(py, "completion_tokens"),
+                intern!(py, "output_tokens"),
+            )?;
         }
         let choices: Vec<Choice> = choices
             .unwrap_or_default()
