@@ -24,7 +24,8 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 if TYPE_CHECKING:  # the tracing hooks; the SDK itself is loaded only when tracing is on
-    from edgegw.telemetry.tracing import Completion, RequestTrace
+    from edgegw._core import TraceRecord
+    from edgegw.telemetry.tracing import Completion
 
 # A client's request id is kept when it is this short and made of these characters (UUIDs,
 # ULIDs, nginx's $request_id, base64 ids); anything else is replaced, never echoed: it goes
@@ -101,7 +102,7 @@ class Call:
         self.status: int | None = None
         # The request's spans when tracing is on (edgegw.telemetry.tracing), else None:
         # every tracing hook is one `if call.trace is not None`.
-        self.trace: RequestTrace | None = None
+        self.trace: TraceRecord | None = None
         # A request tracing did not sample: the client's `traceparent` / `tracestate`,
         # passed upstream as they came (none when it sent none, or tracing is off).
         self.trace_context: list[tuple[bytes, bytes]] = []

@@ -17,8 +17,8 @@ from edgegw.mcp.settings import TOOL_PREFIX
 from edgegw.mcp.tools import TOOLS_GET, Offered, ToolResult
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)
+    from edgegw._core import TraceRecord
     from edgegw.mcp.client import McpClient
-    from edgegw.telemetry.tracing import RequestTrace
 
 log = logging.getLogger("edgegw.mcp")
 
@@ -65,7 +65,7 @@ class Agent:
     rounds: int = 0
     usage: dict[str, int] = field(default_factory=dict)
     # The request's spans (one `execute_tool <name>` per tool run), when tracing is on.
-    trace: RequestTrace | None = None
+    trace: TraceRecord | None = None
     check: ToolCheck | None = None
 
     @property

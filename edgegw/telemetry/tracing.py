@@ -11,13 +11,12 @@ attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export is a task o
 loop (`Tracing.run`, started by serve()) posting with edgegw's own upstream client: no thread
 (edgegw.telemetry.otelsdk says what a thread cost).
 
-A request's trace is one Rust object (`RequestTrace`, the core's `TraceRecord`): its spans
+A request's trace is one Rust object (the core's `TraceRecord`): its spans
 are recorded there as they happen, its methods are the hooks (`Span`, a handle on one of its
 spans, is a Rust object too, and so is a span scope's `__enter__`/`__exit__`), and when the
 server span ends its spans are written, encoded, to the `SpanQueue` the export task takes
-batches from: no Python frame in a hook, no Python object a span (bench/README.md: a
-request's hooks cost 9-10 µs in process this way, 11-15 µs with a Python `RequestTrace` and
-`Span` around the record and a `Pipeline.export` call a request).
+batches from: no Python frame in a hook, no Python object a span (what a Python wrapper
+around the record cost: bench/README.md, history).
 The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
 processors: three quarters of what recording cost) and its `ReadableSpan` /
 `BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
@@ -33,11 +32,11 @@ past that a trace's spans are dropped, and so is a batch the collector did not t
 are counted (`edgegw_tracing_spans_dropped_total{reason}` on the metrics endpoint) and logged
 by the export task at most once a minute.
 
-Per request (`RequestTrace`): one SERVER span, continued from the client's `traceparent`/
+Per request (`TraceRecord`): one SERVER span, continued from the client's `traceparent`/
 `tracestate`; children for authentication, parsing, the routing decision, each upstream
 attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
 connection), MCP tool executions. Routing code (model aliases, failover) records its
-attempts with `RequestTrace.route_attempt`. The hooks name their spans, events and
+attempts with `TraceRecord.route_attempt`. The hooks name their spans, events and
 attributes in the core (rust/src/trace.rs), not here.
 No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true (the
 record's `content`, which records no text without it): then the request body is the server
@@ -88,9 +87,6 @@ MAX_EVENTS = TRACE_MAX_EVENTS
 # TELEMETRY_TRACING_CONTENT: text kept a choice (the core's, which keeps as much of a prompt).
 MAX_CONTENT_CHARS = TRACE_MAX_CONTENT_CHARS
 
-# One request's trace: the core's record of its spans, whose methods are the hooks.
-RequestTrace = TraceRecord
-
 
 class Tracing:
     """The process's tracer and its export pipeline (module doc)."""
@@ -113,7 +109,7 @@ class Tracing:
 
     def start_request(
         self, method: str, path: str, headers: Sequence[tuple[bytes, bytes]], request_id: str
-    ) -> RequestTrace | None:
+    ) -> TraceRecord | None:
         """The request's trace, continuing the client's; None when it is not sampled."""
         got = read_traceparent(headers)  # read_parent's, without its Parent
         if got is None:
@@ -162,7 +158,7 @@ class Tracing:
         await self.pipeline.run(task_status=task_status)
 
     def wake(self) -> None:
-        """A whole batch waits (`RequestTrace.finish` said so): export it now."""
+        """A whole batch waits (`TraceRecord.finish` said so): export it now."""
         self.pipeline.wake()
 
     async def force_flush(self) -> None:
