@@ -23,10 +23,10 @@ from .conftest import Gateway, in_thread, openai_client, start_gateway
 from .echo_upstream import Answer, EchoUpstream, Seen
 from .rawhttp import RawResponse, request
 from .test_guardrails import CARD, POLICY, SECRET, policy_dir
+from .test_passthrough import MULTIPART, multipart
 
 SSE = [("content-type", "text/event-stream")]
 EMAIL = "jane@example.com"
-BOUNDARY = "----edgegwGuardBoundary"
 # An image whose bytes spell the blocked word: files are not text the policy reads.
 PNG = b"\x89PNG\r\n\x1a\n" + b"forbidden" + bytes(range(256))
 
@@ -56,20 +56,6 @@ async def guarded(
         "GUARDRAILS_POLICY_DIR": str(policy_dir(tmp_path, policy)),
     }
     return await start_gateway(nursery, env)
-
-
-def multipart(fields: list[tuple[str, bytes, str | None]]) -> bytes:
-    out = b""
-    for name, value, filename in fields:
-        disposition = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
-        out += f"--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n".encode()
-        if filename:
-            out += b"Content-Type: image/png\r\n"
-        out += b"\r\n" + value + b"\r\n"
-    return out + f"--{BOUNDARY}--\r\n".encode()
-
-
-MULTIPART = [("content-type", f"multipart/form-data; boundary={BOUNDARY}")]
 
 
 def edit_form(text: str, model: str = "openai/gpt-image-1") -> bytes:
