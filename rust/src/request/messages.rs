@@ -51,7 +51,7 @@ pub(super) fn left_out(keep: &[&str], path: &[&str], key: &str, value: &Value<'_
 }
 
 /// Fill [`Parsed::message_members`] and [`Parsed::message_nulls`] from validated messages.
-pub(super) fn note_optional_members(p: &mut Parsed, messages: &[Value<'_>]) {
+fn note_optional_members(p: &mut Parsed, messages: &[Value<'_>]) {
     let mut found = |path: &[&str], key: &str, value: &Value<'_>| {
         if path.is_empty() && value.is_null() && key != "content" {
             p.message_nulls = true;
@@ -89,8 +89,20 @@ pub(super) fn note_optional_members(p: &mut Parsed, messages: &[Value<'_>]) {
     p.message_members.sort_unstable();
 }
 
+/// The rule of `messages` ([`super::fields::Check`]).
+pub(super) fn check(p: &mut Parsed, _: &'static str, v: &Value) -> Result<(), Rejection> {
+    p.has_images = check_messages(&mut p.local_fault, v)?;
+    if let Value::Array(messages) = v {
+        p.has_reasoning = messages
+            .iter()
+            .any(|m| m.get("reasoning_content").is_some() || m.get("reasoning").is_some());
+        note_optional_members(p, messages);
+    }
+    Ok(())
+}
+
 /// Returns whether any message carries an image part.
-pub(super) fn check_messages(fault: &mut Option<Rejection>, v: &Value) -> Result<bool, Rejection> {
+fn check_messages(fault: &mut Option<Rejection>, v: &Value) -> Result<bool, Rejection> {
     let Value::Array(messages) = v else {
         return Err(Rejection::invalid(
             "messages",

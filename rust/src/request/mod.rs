@@ -34,9 +34,7 @@ use crate::error::Rejection;
 use crate::json::{self, Value};
 
 use fields::{Field, Reach, Rule, CHAT_FIELDS, COMPLETIONS_FIELDS};
-use messages::note_optional_members;
 use structured::{check_response_format, check_tool_choice, check_tools, tool_names};
-use values::{check_field, is_empty_object, logprobs_on};
 use Reach::{Both, LocalOnly, RemoteOnly};
 
 /// Largest `n` and `best_of` (the spec's [1, 128]).
@@ -135,11 +133,20 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
 
     // 1. Typed checks of known fields, in table order.
     for &(name, rule, _) in table {
-        let value = get(name);
-        if matches!(rule, Rule::Structured) {
-            continue;
+        let value = get(name).filter(|v| !v.is_null());
+        match (rule, value) {
+            (Rule::Required(_), None) => {
+                return Err(Rejection::invalid(
+                    name,
+                    format!("field '{name}' is required"),
+                ))
+            }
+            (Rule::Structured, _) | (_, None) => {}
+            (Rule::Is(shape), Some(v)) => values::check(shape, name, v)?,
+            (Rule::Own(check) | Rule::Required(check) | Rule::Map(check), Some(v)) => {
+                check(&mut p, name, v)?
+            }
         }
-        check_field(&mut p, name, rule, value)?;
     }
 
     let mut unknown: Vec<&str> = members
@@ -173,7 +180,7 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         }
         if let (Some(top), false) = (
             get("top_logprobs").and_then(Value::as_i64),
-            logprobs_on(get("logprobs")),
+            matches!(get("logprobs"), Some(Value::Bool(true))),
         ) {
             if top > 0 {
                 return Err(Rejection::invalid(
@@ -182,13 +189,6 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
                 ));
             }
         }
-    }
-
-    if let Some(Value::Array(messages)) = get("messages") {
-        p.has_reasoning = messages
-            .iter()
-            .any(|m| m.get("reasoning_content").is_some() || m.get("reasoning").is_some());
-        note_optional_members(&mut p, messages);
     }
 
     // 3. Any other field this endpoint does not take; the alphabetically first is reported.
@@ -201,14 +201,10 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         let Some(&(name, rule, reach)) = table.iter().find(|(n, _, _)| *n == m.key) else {
             continue;
         };
-        let ignored =
-            matches!(rule, Rule::Hint) && !matches!(m.value, Value::String(_) | Value::Null);
-        if ignored {
+        if !rule.forwards(&m.value) {
             continue;
         }
-        // An empty logit_bias counts as absent.
-        let absent = m.value.is_null() || (name == "logit_bias" && is_empty_object(&m.value));
-        if !absent {
+        if rule.present(&m.value) {
             p.fields.push(name);
             match reach {
                 LocalOnly => p.remote_unsupported.push(name),
