@@ -2,11 +2,12 @@
 //! `mod.rs` reads only the rows: whatever is particular to one field is the rule its row
 //! names, a generic [`Shape`] or one of the field's own rules below.
 
+use super::structured::{response_format, tool_choice, tools, Decoding};
 use super::values::{bool_of, int_in, is_empty_object, Shape};
-use super::{messages, note, Parsed};
+use super::{member, messages, note, Parsed};
 use super::{MAX_CHOICES, MAX_LOGIT_BIAS_KEYS, MAX_METADATA_PAIRS, MAX_REMOTE_TOOLS};
 use crate::error::Rejection;
-use crate::json::Value;
+use crate::json::{Member, Value};
 
 /// Outputs are counted in u32.
 const U32_MAX: i64 = u32::MAX as i64;
@@ -16,6 +17,14 @@ const MAX_METADATA_VALUE: usize = 512;
 /// A field's own rule: checks a present, non-null value and records in [`Parsed`] what the
 /// request needs from it.
 pub(super) type Check = fn(&mut Parsed, &'static str, &Value<'_>) -> Result<(), Rejection>;
+
+/// A structured field's rule: a [`Check`] that also reads and writes what the structured
+/// fields before it found.
+pub(super) type LateCheck =
+    fn(&mut Parsed, &mut Decoding, &'static str, &Value<'_>) -> Result<(), Rejection>;
+
+/// A rule across fields: the request as the rows found it, and the body's members.
+pub(super) type Cross = fn(&Parsed, &[Member<'_>]) -> Result<(), Rejection>;
 
 /// How one top-level field is checked. JSON `null` counts as absent for every rule.
 #[derive(Debug, Clone, Copy)]
@@ -28,8 +37,8 @@ pub(super) enum Rule {
     Required(Check),
     /// The field's own rule over a map; an empty map counts as absent, like null.
     Map(Check),
-    /// Checked in phase 2.
-    Structured,
+    /// A structured field's rule, checked in phase 2: after every other row, in table order.
+    Late(LateCheck),
 }
 
 impl Rule {
@@ -162,10 +171,13 @@ pub(super) const CHAT_FIELDS: &[Field] = &[
     ("moderation",             OBJECT,                           RemoteOnly),
     ("functions",              Rule::Own(functions),             RemoteOnly),
     ("function_call",          Rule::Own(function_call),         RemoteOnly),
-    ("response_format",        Rule::Structured,                 Both),
-    ("tools",                  Rule::Structured,                 Both),
-    ("tool_choice",            Rule::Structured,                 Both),
+    ("response_format",        Rule::Late(response_format),      Both),
+    ("tools",                  Rule::Late(tools),                Both),
+    ("tool_choice",            Rule::Late(tool_choice),          Both),
 ];
+
+/// The chat rules across fields, checked after the structured fields, in order.
+pub(super) const CHAT_CROSS: &[Cross] = &[best_of_beside_stream_and_n, top_logprobs_need_logprobs];
 
 #[rustfmt::skip]
 pub(super) const COMPLETIONS_FIELDS: &[Field] = &[
@@ -188,6 +200,8 @@ pub(super) const COMPLETIONS_FIELDS: &[Field] = &[
     ("stream_options",    Rule::Own(stream_options), RemoteOnly),
     ("user",              STR,                       RemoteOnly),
 ];
+
+pub(super) const COMPLETIONS_CROSS: &[Cross] = &[];
 
 // The fields' own rules, in table order.
 
@@ -431,6 +445,43 @@ fn prompt(p: &mut Parsed, _: &'static str, v: &Value) -> Result<(), Rejection> {
                 "prompt",
                 "'prompt' must be a string, an array of strings or token ids",
             ))
+        }
+    }
+    Ok(())
+}
+
+// The rules across fields.
+
+/// `best_of` (a local worker's) does not stream, and is at least `n`.
+fn best_of_beside_stream_and_n(p: &Parsed, _: &[Member<'_>]) -> Result<(), Rejection> {
+    if let Some(best_of) = p.best_of {
+        if p.stream {
+            return Err(Rejection::unsupported_msg(
+                "best_of",
+                "'best_of' is not supported with stream: true",
+            ));
+        }
+        if best_of < p.n {
+            return Err(Rejection::invalid(
+                "best_of",
+                "'best_of' must be greater than or equal to 'n'",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A positive `top_logprobs` asks for `logprobs`.
+fn top_logprobs_need_logprobs(_: &Parsed, members: &[Member<'_>]) -> Result<(), Rejection> {
+    if let (Some(top), false) = (
+        member(members, "top_logprobs").and_then(Value::as_i64),
+        matches!(member(members, "logprobs"), Some(Value::Bool(true))),
+    ) {
+        if top > 0 {
+            return Err(Rejection::invalid(
+                "top_logprobs",
+                "'top_logprobs' requires 'logprobs': true",
+            ));
         }
     }
     Ok(())

@@ -1,9 +1,10 @@
 //! Request bodies of `/v1/chat/completions` and `/v1/completions`: bytes in, a
 //! validated [`Parsed`] out, or one [`Rejection`].
 //!
-//! Split by concern: [`fields`] holds the tables, [`values`] the value rules, [`messages`]
-//! the rules of `messages`, [`structured`] those of `response_format`, `tools` and
-//! `tool_choice`, and [`body`] the upstream body writer; this module walks the tables.
+//! Split by concern: [`fields`] holds the tables and the fields' own rules, [`values`] the
+//! generic value rules, [`messages`] the rules of `messages`, [`structured`] those of
+//! `response_format`, `tools` and `tool_choice`, and [`body`] the upstream body writer. This
+//! module walks the tables and names no field: what is particular to one is in its row.
 //!
 //! The allow-lists are tables of field → ([`Rule`], [`Reach`]) ([`CHAT_FIELDS`],
 //! [`COMPLETIONS_FIELDS`]): how the value is checked, and which targets honour the field.
@@ -16,7 +17,8 @@
 //! route answers when the target is local. Checks run in the reference gateway's order,
 //! so that a body with several faults reports the same one:
 //!   1. typed checks of the known fields, in table order;
-//!   2. structured fields (`response_format`, `tools`, `tool_choice`) and cross-field rules;
+//!   2. the structured fields' rules ([`Rule::Late`]: `response_format`, `tools`,
+//!      `tool_choice`), in table order, then the rules across fields ([`CHAT_CROSS`]);
 //!   3. any other unknown field, the alphabetically first one, as `unsupported_field`.
 //!
 //! JSON `null` counts as absent for every optional field. Nothing is re-serialised:
@@ -31,10 +33,11 @@ mod values;
 pub use body::Additions;
 
 use crate::error::Rejection;
-use crate::json::{self, Value};
+use crate::json::{self, Member, Value};
 
-use fields::{Field, Reach, Rule, CHAT_FIELDS, COMPLETIONS_FIELDS};
-use structured::{check_response_format, check_tool_choice, check_tools, tool_names};
+use fields::{Cross, Field, Reach, Rule};
+use fields::{CHAT_CROSS, CHAT_FIELDS, COMPLETIONS_CROSS, COMPLETIONS_FIELDS};
+use structured::Decoding;
 use Reach::{Both, LocalOnly, RemoteOnly};
 
 /// Largest `n` and `best_of` (the spec's [1, 128]).
@@ -103,11 +106,11 @@ pub fn parse_completions(body: &[u8]) -> Result<Parsed, Rejection> {
 
 fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     let members = json::parse_object_document(body)?;
-    let table: &[Field] = match endpoint {
-        Endpoint::Chat => CHAT_FIELDS,
-        Endpoint::Completions => COMPLETIONS_FIELDS,
+    let (table, cross): (&[Field], &[Cross]) = match endpoint {
+        Endpoint::Chat => (CHAT_FIELDS, CHAT_CROSS),
+        Endpoint::Completions => (COMPLETIONS_FIELDS, COMPLETIONS_CROSS),
     };
-    let get = |name: &str| members.iter().find(|m| m.key == name).map(|m| &m.value);
+    let get = |name: &str| member(&members, name).filter(|v| !v.is_null());
 
     let mut p = Parsed {
         endpoint,
@@ -133,15 +136,14 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
 
     // 1. Typed checks of known fields, in table order.
     for &(name, rule, _) in table {
-        let value = get(name).filter(|v| !v.is_null());
-        match (rule, value) {
+        match (rule, get(name)) {
             (Rule::Required(_), None) => {
                 return Err(Rejection::invalid(
                     name,
                     format!("field '{name}' is required"),
                 ))
             }
-            (Rule::Structured, _) | (_, None) => {}
+            (Rule::Late(_), _) | (_, None) => {}
             (Rule::Is(shape), Some(v)) => values::check(shape, name, v)?,
             (Rule::Own(check) | Rule::Required(check) | Rule::Map(check), Some(v)) => {
                 check(&mut p, name, v)?
@@ -156,39 +158,15 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
         .collect();
     unknown.sort_unstable();
 
-    // 2. Structured fields and cross-field rules.
-    if endpoint == Endpoint::Chat {
-        let rf = check_response_format(&mut p, get("response_format"))?;
-        let has_tools = check_tools(&mut p.local_fault, get("tools"))?;
-        if has_tools {
-            p.tool_names = tool_names(get("tools"));
+    // 2. Structured fields, in table order, then the rules across fields.
+    let mut decoding = Decoding::default();
+    for &(name, rule, _) in table {
+        if let (Rule::Late(check), Some(v)) = (rule, get(name)) {
+            check(&mut p, &mut decoding, name, v)?;
         }
-        check_tool_choice(&mut p.local_fault, get("tool_choice"), has_tools, rf)?;
-        if let Some(best_of) = p.best_of {
-            if p.stream {
-                return Err(Rejection::unsupported_msg(
-                    "best_of",
-                    "'best_of' is not supported with stream: true",
-                ));
-            }
-            if best_of < p.n {
-                return Err(Rejection::invalid(
-                    "best_of",
-                    "'best_of' must be greater than or equal to 'n'",
-                ));
-            }
-        }
-        if let (Some(top), false) = (
-            get("top_logprobs").and_then(Value::as_i64),
-            matches!(get("logprobs"), Some(Value::Bool(true))),
-        ) {
-            if top > 0 {
-                return Err(Rejection::invalid(
-                    "top_logprobs",
-                    "'top_logprobs' requires 'logprobs': true",
-                ));
-            }
-        }
+    }
+    for rule in cross {
+        rule(&p, &members)?;
     }
 
     // 3. Any other field this endpoint does not take; the alphabetically first is reported.
@@ -218,6 +196,11 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     p.remote_unsupported.sort_unstable();
     p.local_unsupported.sort_unstable();
     Ok(p)
+}
+
+/// The value of the top-level member `name`, if the body has it.
+fn member<'m, 'a>(members: &'m [Member<'a>], name: &str) -> Option<&'m Value<'a>> {
+    members.iter().find(|m| m.key == name).map(|m| &m.value)
 }
 
 /// Keep the first SIE-only fault (see [`Parsed::local_fault`]).

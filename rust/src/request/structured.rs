@@ -1,30 +1,66 @@
-//! Rules of the structured fields: `response_format`, `tools` and `tool_choice`.
+//! Rules of the structured fields: `response_format`, `tools` and `tool_choice`. Their rows
+//! ([`super::fields::Rule::Late`]) are checked in phase 2, in table order, after every other
+//! row; what one tells the next is kept in [`Decoding`].
 
 use super::{note, Parsed, MAX_REMOTE_TOOLS, MAX_TOOLS};
 use crate::error::Rejection;
 use crate::json::Value;
 
+/// What the structured fields tell each other.
+#[derive(Debug, Default)]
+pub(super) struct Decoding {
+    /// `tools` were given.
+    tools: bool,
+    /// What `response_format` does to decoding.
+    constraint: Constraint,
+}
+
 /// The response_format type that constrains decoding, if any.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Constraint {
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Constraint {
+    #[default]
     None,
     Structured,
 }
 
-pub(super) fn check_response_format(
+pub(super) fn response_format(
     p: &mut Parsed,
-    v: Option<&Value>,
-) -> Result<Constraint, Rejection> {
-    let v = match v {
-        None | Some(Value::Null) => return Ok(Constraint::None),
-        Some(v @ Value::Object(_)) => v,
-        Some(_) => {
-            return Err(Rejection::invalid(
-                "response_format",
-                "'response_format' must be an object",
-            ))
-        }
-    };
+    d: &mut Decoding,
+    _: &'static str,
+    v: &Value,
+) -> Result<(), Rejection> {
+    d.constraint = check_response_format(p, v)?;
+    Ok(())
+}
+
+pub(super) fn tools(
+    p: &mut Parsed,
+    d: &mut Decoding,
+    _: &'static str,
+    v: &Value,
+) -> Result<(), Rejection> {
+    check_tools(&mut p.local_fault, v)?;
+    d.tools = true;
+    p.tool_names = tool_names(v);
+    Ok(())
+}
+
+pub(super) fn tool_choice(
+    p: &mut Parsed,
+    d: &mut Decoding,
+    _: &'static str,
+    v: &Value,
+) -> Result<(), Rejection> {
+    check_tool_choice(&mut p.local_fault, v, d.tools, d.constraint)
+}
+
+fn check_response_format(p: &mut Parsed, v: &Value) -> Result<Constraint, Rejection> {
+    if !matches!(v, Value::Object(_)) {
+        return Err(Rejection::invalid(
+            "response_format",
+            "'response_format' must be an object",
+        ));
+    }
     let Some(kind) = v.get("type").filter(|t| !t.is_null()) else {
         return Err(Rejection::invalid(
             "response_format.type",
@@ -89,8 +125,8 @@ pub(super) fn check_response_format(
 }
 
 /// The names of validated `tools` (a function tool's, a custom tool's).
-pub(super) fn tool_names(v: Option<&Value>) -> Vec<String> {
-    let Some(Value::Array(items)) = v else {
+fn tool_names(v: &Value) -> Vec<String> {
+    let Value::Array(items) = v else {
         return Vec::new();
     };
     items
@@ -102,17 +138,13 @@ pub(super) fn tool_names(v: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
-/// Returns whether tools were given. OpenAI's rules (function and custom tools, at most
+/// OpenAI's rules (function and custom tools, at most
 /// [`MAX_REMOTE_TOOLS`]); SIE's stricter ones (function tools, at most [`MAX_TOOLS`]) are
 /// noted as the local fault.
-pub(super) fn check_tools(
-    fault: &mut Option<Rejection>,
-    v: Option<&Value>,
-) -> Result<bool, Rejection> {
+fn check_tools(fault: &mut Option<Rejection>, v: &Value) -> Result<(), Rejection> {
     let items = match v {
-        None | Some(Value::Null) => return Ok(false),
-        Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_REMOTE_TOOLS => items,
-        Some(_) => {
+        Value::Array(items) if !items.is_empty() && items.len() <= MAX_REMOTE_TOOLS => items,
+        _ => {
             return Err(Rejection::invalid(
                 "tools",
                 format!("'tools' must be a non-empty array of at most {MAX_REMOTE_TOOLS} tools"),
@@ -185,7 +217,7 @@ pub(super) fn check_tools(
             ));
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// OpenAI's custom tool: `{"type": "custom", "custom": {"name", "description"?, "format"?}}`.
@@ -219,9 +251,9 @@ fn check_custom_tool(i: usize, tool: &Value) -> Result<(), Rejection> {
     Ok(())
 }
 
-pub(super) fn check_tool_choice(
+fn check_tool_choice(
     fault: &mut Option<Rejection>,
-    v: Option<&Value>,
+    v: &Value,
     has_tools: bool,
     rf: Constraint,
 ) -> Result<(), Rejection> {
@@ -232,8 +264,7 @@ pub(super) fn check_tool_choice(
             .is_some_and(|n| !n.is_empty())
     };
     let forcing = match v {
-        None | Some(Value::Null) => return Ok(()),
-        Some(Value::String(s)) => match s.as_ref() {
+        Value::String(s) => match s.as_ref() {
             "auto" | "none" => false,
             "required" => true,
             _ => {
@@ -243,7 +274,7 @@ pub(super) fn check_tool_choice(
                 ))
             }
         },
-        Some(obj @ Value::Object(_)) => match obj.get("type").and_then(Value::as_str) {
+        obj @ Value::Object(_) => match obj.get("type").and_then(Value::as_str) {
             Some("function") if named(obj, "function") => true,
             // OpenAI's custom and allowed-tools choices: remote only.
             Some("custom") if named(obj, "custom") => {
@@ -260,7 +291,7 @@ pub(super) fn check_tool_choice(
             }
             _ => return Err(tool_choice_object_fault()),
         },
-        Some(_) => {
+        _ => {
             return Err(Rejection::invalid(
                 "tool_choice",
                 "'tool_choice' must be a string or an object",
