@@ -5,24 +5,64 @@ use crate::error::Rejection;
 use crate::json::Value;
 
 const ROLES: &[&str] = &["system", "user", "assistant", "tool", "developer"];
-const MESSAGE_KEYS: &[&str] = &[
-    "role",
-    "content",
-    "name",
-    "tool_calls",
-    "tool_call_id",
-    "refusal",
-    // The reference's Message schema: a provider's reasoning, sent back in a conversation.
-    "reasoning_content",
-    "reasoning",
+
+/// How one message member is checked; each rule sees the message's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Member {
+    /// Read first: the other members' rules depend on it.
+    Role,
+    /// A string.
+    Str,
+    /// The reference's Message schema: a provider's reasoning, sent back in a conversation.
+    /// A string; a message that has it, null included, sets [`Parsed::has_reasoning`].
+    Reasoning,
+    /// A string, on an assistant message only.
+    AssistantStr,
+    /// An assistant's tool calls.
+    ToolCalls,
+    /// The call a tool message answers: a tool message's, and it must have one.
+    ToolCallId,
+    /// A string or content parts; required unless the message says why not. Its null is
+    /// kept: it says "no text" beside tool calls.
+    Content,
+    /// An OpenAI member outside the SIE contract: an object (a local fault, forwarded
+    /// remotely; a null one is left out of what a worker is sent).
+    Remote,
+    /// A member of OpenAI's chat response message, not of its request message, that the
+    /// official SDKs send back when a returned message is appended to the conversation
+    /// (openai-python's and openai-node's `annotations` and stream helpers' `parsed`):
+    /// accepted on an assistant message, as an array when `array`.
+    Response { array: bool },
+}
+
+/// The members a message may have, with their rules, in check order.
+#[rustfmt::skip]
+const MESSAGE_MEMBERS: &[(&str, Member)] = &[
+    ("role",              Member::Role),
+    ("reasoning_content", Member::Reasoning),
+    ("reasoning",         Member::Reasoning),
+    ("name",              Member::Str),
+    ("refusal",           Member::AssistantStr),
+    ("tool_calls",        Member::ToolCalls),
+    ("tool_call_id",      Member::ToolCallId),
+    ("content",           Member::Content),
+    ("audio",             Member::Remote),
+    ("function_call",     Member::Remote),
+    ("annotations",       Member::Response { array: true }),
+    ("parsed",            Member::Response { array: false }),
 ];
-/// OpenAI message members outside the SIE contract (a local fault, forwarded remotely).
-const REMOTE_MESSAGE_KEYS: &[&str] = &["audio", "function_call"];
-/// Members of OpenAI's chat response message, not of its request message, that the official
-/// SDKs send back when a returned message is appended to the conversation (openai-python's
-/// and openai-node's `annotations` and stream helpers' `parsed`): accepted on an assistant
-/// message.
-const RESPONSE_MESSAGE_KEYS: &[&str] = &["annotations", "parsed"];
+
+fn member_rule(key: &str) -> Option<Member> {
+    MESSAGE_MEMBERS
+        .iter()
+        .find(|&&(k, _)| k == key)
+        .map(|&(_, rule)| rule)
+}
+
+/// Whether a null message member says nothing (every member's null but `content`'s).
+fn null_says_nothing(key: &str) -> bool {
+    member_rule(key) != Some(Member::Content)
+}
 
 /// Message members a target may not take, as (path below the message, key, name): each is
 /// written upstream only to a target whose `keep` list names it ([`super::Additions::keep`]).
@@ -40,11 +80,11 @@ pub(super) const OPTIONAL_MESSAGE_MEMBERS: &[(&[&str], &str, &str)] = &[
     (&["tool_calls", "function"], "parsed_arguments", "tool_calls.function.parsed_arguments"),
 ];
 
-/// Whether a message member is left out for a target that keeps `keep`: a null value of an
-/// optional member (every member but `content`, whose null says "no text" beside tool calls),
-/// or an [`OPTIONAL_MESSAGE_MEMBERS`] entry the target does not take.
+/// Whether a message member is left out for a target that keeps `keep`: a null value that
+/// says nothing ([`null_says_nothing`]), or an [`OPTIONAL_MESSAGE_MEMBERS`] entry the target
+/// does not take.
 pub(super) fn left_out(keep: &[&str], path: &[&str], key: &str, value: &Value<'_>) -> bool {
-    (path.is_empty() && value.is_null() && key != "content")
+    (path.is_empty() && value.is_null() && null_says_nothing(key))
         || OPTIONAL_MESSAGE_MEMBERS
             .iter()
             .any(|&(at, k, name)| at == path && k == key && !keep.contains(&name))
@@ -53,7 +93,7 @@ pub(super) fn left_out(keep: &[&str], path: &[&str], key: &str, value: &Value<'_
 /// Fill [`Parsed::message_members`] and [`Parsed::message_nulls`] from validated messages.
 fn note_optional_members(p: &mut Parsed, messages: &[Value<'_>]) {
     let mut found = |path: &[&str], key: &str, value: &Value<'_>| {
-        if path.is_empty() && value.is_null() && key != "content" {
+        if path.is_empty() && value.is_null() && null_says_nothing(key) {
             p.message_nulls = true;
         } else if let Some(&(_, _, name)) = OPTIONAL_MESSAGE_MEMBERS
             .iter()
@@ -91,18 +131,6 @@ fn note_optional_members(p: &mut Parsed, messages: &[Value<'_>]) {
 
 /// The rule of `messages` ([`super::fields::Check`]).
 pub(super) fn check(p: &mut Parsed, _: &'static str, v: &Value) -> Result<(), Rejection> {
-    p.has_images = check_messages(&mut p.local_fault, v)?;
-    if let Value::Array(messages) = v {
-        p.has_reasoning = messages
-            .iter()
-            .any(|m| m.get("reasoning_content").is_some() || m.get("reasoning").is_some());
-        note_optional_members(p, messages);
-    }
-    Ok(())
-}
-
-/// Returns whether any message carries an image part.
-fn check_messages(fault: &mut Option<Rejection>, v: &Value) -> Result<bool, Rejection> {
     let Value::Array(messages) = v else {
         return Err(Rejection::invalid(
             "messages",
@@ -115,134 +143,164 @@ fn check_messages(fault: &mut Option<Rejection>, v: &Value) -> Result<bool, Reje
             "'messages' must be a non-empty array",
         ));
     }
-    let mut has_images = false;
     for (i, m) in messages.iter().enumerate() {
-        let Value::Object(members) = m else {
-            return Err(Rejection::invalid(
-                format!("messages[{i}]"),
-                "each message must be an object",
-            ));
-        };
-        let role = match m.get("role").and_then(Value::as_str) {
-            Some(r) if ROLES.contains(&r) => r,
-            // OpenAI's deprecated function result message (`name` + `content`).
-            Some(r @ "function") => {
-                note(
-                    fault,
-                    Rejection::invalid(
-                        format!("messages[{i}].role"),
-                        format!("'role' must be one of {}", ROLES.join(", ")),
-                    ),
-                );
-                r
-            }
-            _ => {
-                return Err(Rejection::invalid(
+        check_message(p, i, m)?;
+    }
+    note_optional_members(p, messages);
+    Ok(())
+}
+
+fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
+    let Value::Object(members) = m else {
+        return Err(Rejection::invalid(
+            format!("messages[{i}]"),
+            "each message must be an object",
+        ));
+    };
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some(r) if ROLES.contains(&r) => r,
+        // OpenAI's deprecated function result message (`name` + `content`).
+        Some(r @ "function") => {
+            note(
+                &mut p.local_fault,
+                Rejection::invalid(
                     format!("messages[{i}].role"),
                     format!("'role' must be one of {}", ROLES.join(", ")),
-                ))
-            }
-        };
-        for (k, value) in members {
-            if REMOTE_MESSAGE_KEYS.contains(&k.as_ref()) {
+                ),
+            );
+            r
+        }
+        _ => {
+            return Err(Rejection::invalid(
+                format!("messages[{i}].role"),
+                format!("'role' must be one of {}", ROLES.join(", ")),
+            ))
+        }
+    };
+    // Which members the message has, in source order.
+    for (k, value) in members {
+        match member_rule(k) {
+            None => return Err(Rejection::unsupported(format!("messages[{i}].{k}"))),
+            Some(Member::Remote) => {
                 if !matches!(value, Value::Object(_) | Value::Null) {
                     return Err(Rejection::invalid(
                         format!("messages[{i}].{k}"),
                         format!("'{k}' must be an object"),
                     ));
                 }
-                // A null member is left out of what a worker is sent.
                 if !value.is_null() {
-                    note(fault, Rejection::unsupported(format!("messages[{i}].{k}")));
+                    note(
+                        &mut p.local_fault,
+                        Rejection::unsupported(format!("messages[{i}].{k}")),
+                    );
                 }
-            } else if role == "assistant" && RESPONSE_MESSAGE_KEYS.contains(&k.as_ref()) {
-                if k == "annotations" && !matches!(value, Value::Array(_) | Value::Null) {
-                    return Err(Rejection::invalid(
-                        format!("messages[{i}].annotations"),
-                        "'annotations' must be an array",
-                    ));
-                }
-            } else if !MESSAGE_KEYS.contains(&k.as_ref()) {
-                return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
             }
-        }
-        let field = |k: &str| m.get(k).filter(|v| !v.is_null());
-        for k in ["reasoning_content", "reasoning"] {
-            if field(k).is_some_and(|r| r.as_str().is_none()) {
-                return Err(Rejection::invalid(
-                    format!("messages[{i}].{k}"),
-                    format!("'{k}' must be a string"),
-                ));
-            }
-        }
-        if let Some(name) = field("name") {
-            if name.as_str().is_none() {
-                return Err(Rejection::invalid(
-                    format!("messages[{i}].name"),
-                    "'name' must be a string",
-                ));
-            }
-        }
-        if let Some(refusal) = field("refusal") {
-            if role != "assistant" || refusal.as_str().is_none() {
-                return Err(Rejection::invalid(
-                    format!("messages[{i}].refusal"),
-                    "'refusal' must be a string on an assistant message",
-                ));
-            }
-        }
-        let has_tool_calls = match field("tool_calls") {
-            None => false,
-            Some(calls) => {
+            Some(Member::Response { array }) => {
                 if role != "assistant" {
+                    return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
+                }
+                if array && !matches!(value, Value::Array(_) | Value::Null) {
                     return Err(Rejection::invalid(
-                        format!("messages[{i}].tool_calls"),
-                        "'tool_calls' is allowed only on assistant messages",
+                        format!("messages[{i}].{k}"),
+                        format!("'{k}' must be an array"),
                     ));
                 }
-                check_tool_calls(fault, i, calls)?;
-                true
             }
-        };
-        let tool_call_id_fault = match field("tool_call_id") {
-            Some(_) if role != "tool" => Some("'tool_call_id' is allowed only on tool messages"),
-            None if role == "tool" => Some("tool messages require 'tool_call_id'"),
-            Some(id) if id.as_str().is_none_or(str::is_empty) => {
-                Some("'tool_call_id' must be a non-empty string")
-            }
-            _ => None,
-        };
-        if let Some(message) = tool_call_id_fault {
-            return Err(Rejection::invalid(
-                format!("messages[{i}].tool_call_id"),
-                message,
-            ));
-        }
-        match field("content") {
-            None if role == "assistant" && has_tool_calls => {}
-            None if role == "assistant" && field("function_call").is_some() => {}
-            None if role == "function" => {}
-            None => {
-                return Err(Rejection::unsupported_msg(
-                    format!("messages[{i}].content"),
-                    "'content' is required unless an assistant message carries 'tool_calls'",
-                ))
-            }
-            Some(Value::String(_)) => {}
-            Some(Value::Array(parts)) if !parts.is_empty() => {
-                for (j, part) in parts.iter().enumerate() {
-                    has_images |= check_part(fault, i, j, part)?;
-                }
-            }
-            Some(_) => {
-                return Err(Rejection::unsupported_msg(
-                    format!("messages[{i}].content"),
-                    "'content' must be a string or a non-empty array of content parts",
-                ))
-            }
+            Some(Member::Reasoning) => p.has_reasoning = true,
+            Some(_) => {}
         }
     }
-    Ok(has_images)
+    // Their values, in table order.
+    for &(key, rule) in MESSAGE_MEMBERS {
+        check_member(p, i, m, role, key, rule)?;
+    }
+    Ok(())
+}
+
+/// The rule of the member `key` of the message `m` (whose role is `role`), present or not.
+fn check_member(
+    p: &mut Parsed,
+    i: usize,
+    m: &Value,
+    role: &str,
+    key: &str,
+    rule: Member,
+) -> Result<(), Rejection> {
+    if matches!(
+        rule,
+        Member::Role | Member::Remote | Member::Response { .. }
+    ) {
+        // Checked as the message's members were walked.
+        return Ok(());
+    }
+    let value = m.get(key).filter(|v| !v.is_null());
+    let at = || format!("messages[{i}].{key}");
+    match (rule, value) {
+        (Member::Str | Member::Reasoning, Some(v)) if v.as_str().is_none() => {
+            return Err(Rejection::invalid(
+                at(),
+                format!("'{key}' must be a string"),
+            ));
+        }
+        (Member::AssistantStr, Some(v)) if role != "assistant" || v.as_str().is_none() => {
+            return Err(Rejection::invalid(
+                at(),
+                format!("'{key}' must be a string on an assistant message"),
+            ));
+        }
+        (Member::ToolCalls, Some(calls)) => {
+            if role != "assistant" {
+                return Err(Rejection::invalid(
+                    at(),
+                    format!("'{key}' is allowed only on assistant messages"),
+                ));
+            }
+            check_tool_calls(&mut p.local_fault, i, calls)?;
+        }
+        (Member::ToolCallId, id) => {
+            let fault = match id {
+                Some(_) if role != "tool" => {
+                    Some("'tool_call_id' is allowed only on tool messages")
+                }
+                None if role == "tool" => Some("tool messages require 'tool_call_id'"),
+                Some(id) if id.as_str().is_none_or(str::is_empty) => {
+                    Some("'tool_call_id' must be a non-empty string")
+                }
+                _ => None,
+            };
+            if let Some(message) = fault {
+                return Err(Rejection::invalid(at(), message));
+            }
+        }
+        (Member::Content, content) => {
+            let present = |k: &str| m.get(k).is_some_and(|v| !v.is_null());
+            match content {
+                None if role == "assistant" && present("tool_calls") => {}
+                None if role == "assistant" && present("function_call") => {}
+                None if role == "function" => {}
+                None => {
+                    return Err(Rejection::unsupported_msg(
+                        at(),
+                        "'content' is required unless an assistant message carries 'tool_calls'",
+                    ))
+                }
+                Some(Value::String(_)) => {}
+                Some(Value::Array(parts)) if !parts.is_empty() => {
+                    for (j, part) in parts.iter().enumerate() {
+                        p.has_images |= check_part(&mut p.local_fault, i, j, part)?;
+                    }
+                }
+                Some(_) => {
+                    return Err(Rejection::unsupported_msg(
+                        at(),
+                        "'content' must be a string or a non-empty array of content parts",
+                    ))
+                }
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn check_tool_calls(
