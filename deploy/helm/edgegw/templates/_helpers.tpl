@@ -78,6 +78,9 @@ it (edgegw/server.py DRAIN_MARGIN_S, 5 s), and 5 s for the processes to exit. */
 {{- fail (printf "providers.%s: secretKey names the key of Secret %s that holds the provider key" $id $p.secretName) }}
 {{- end }}
 {{- end }}
+{{- if and .Values.autoscaling.enabled (not (dig "requests" "cpu" "" .Values.resources)) }}
+{{- fail "autoscaling.enabled needs resources.requests.cpu (the HPA's target is a share of it)" }}
+{{- end }}
 {{- if and .Values.metrics.serviceMonitor.enabled (not .Values.metrics.enabled) }}
 {{- fail "metrics.serviceMonitor.enabled needs metrics.enabled (edgegw serves /metrics only with TELEMETRY_ENABLED)" }}
 {{- end }}
