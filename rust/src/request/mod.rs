@@ -2,9 +2,10 @@
 //! validated [`Parsed`] out, or one [`Rejection`].
 //!
 //! Split by concern: [`fields`] holds the tables and the fields' own rules, [`values`] the
-//! generic value rules, [`messages`] the rules of `messages`, [`structured`] those of
-//! `response_format`, `tools` and `tool_choice`, and [`body`] the upstream body writer. This
-//! module walks the tables and names no field: what is particular to one is in its row.
+//! generic value rules, [`messages`] the rules of `messages` ([`parts`] those of their
+//! content parts), [`structured`] those of `response_format`, `tools` and `tool_choice`, and
+//! [`body`] the upstream body writer. This module walks the tables and names no field:
+//! what is particular to one is in its row.
 //!
 //! The allow-lists are tables of field → ([`Rule`], [`Reach`]) ([`CHAT_FIELDS`],
 //! [`COMPLETIONS_FIELDS`]): how the value is checked, and which targets honour the field.
@@ -27,6 +28,7 @@
 mod body;
 mod fields;
 mod messages;
+mod parts;
 mod structured;
 mod values;
 
