@@ -53,16 +53,14 @@ const MESSAGE_MEMBERS: &[(&str, Member)] = &[
     ("parsed",            Member::Response { array: false }),
 ];
 
-fn member_rule(key: &str) -> Option<Member> {
-    MESSAGE_MEMBERS
-        .iter()
-        .find(|&&(k, _)| k == key)
-        .map(|&(_, rule)| rule)
+/// The row of the member `key` in [`MESSAGE_MEMBERS`].
+fn member_row(key: &str) -> Option<usize> {
+    MESSAGE_MEMBERS.iter().position(|&(k, _)| k == key)
 }
 
 /// Whether a null message member says nothing (every member's null but `content`'s).
 fn null_says_nothing(key: &str) -> bool {
-    member_rule(key) != Some(Member::Content)
+    member_row(key).is_none_or(|at| MESSAGE_MEMBERS[at].1 != Member::Content)
 }
 
 /// Message members a target may not take, as (path below the message, key, name): each is
@@ -178,11 +176,15 @@ fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
             ))
         }
     };
-    // Which members the message has, in source order.
+    // Which members the message has, in source order; each value is kept by its row.
+    let mut values: [Option<&Value>; MESSAGE_MEMBERS.len()] = [None; MESSAGE_MEMBERS.len()];
     for (k, value) in members {
-        match member_rule(k) {
-            None => return Err(Rejection::unsupported(format!("messages[{i}].{k}"))),
-            Some(Member::Remote) => {
+        let Some(at) = member_row(k) else {
+            return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
+        };
+        values[at] = Some(value).filter(|v| !v.is_null());
+        match MESSAGE_MEMBERS[at].1 {
+            Member::Remote => {
                 if !matches!(value, Value::Object(_) | Value::Null) {
                     return Err(Rejection::invalid(
                         format!("messages[{i}].{k}"),
@@ -196,7 +198,7 @@ fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
                     );
                 }
             }
-            Some(Member::Response { array }) => {
+            Member::Response { array } => {
                 if role != "assistant" {
                     return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
                 }
@@ -207,18 +209,24 @@ fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
                     ));
                 }
             }
-            Some(Member::Reasoning) => p.has_reasoning = true,
-            Some(_) => {}
+            Member::Reasoning => p.has_reasoning = true,
+            _ => {}
         }
     }
-    // Their values, in table order.
-    for &(key, rule) in MESSAGE_MEMBERS {
-        check_member(p, i, m, role, key, rule)?;
+    // Their values, in table order (the rows above were checked as the members were walked).
+    for (&(key, rule), value) in MESSAGE_MEMBERS.iter().zip(values) {
+        if !matches!(
+            rule,
+            Member::Role | Member::Remote | Member::Response { .. }
+        ) {
+            check_member(p, i, m, role, key, rule, value)?;
+        }
     }
     Ok(())
 }
 
-/// The rule of the member `key` of the message `m` (whose role is `role`), present or not.
+/// The rule of the member `key` of the message `m` (whose role is `role`), with its value
+/// (None: absent or null).
 fn check_member(
     p: &mut Parsed,
     i: usize,
@@ -226,15 +234,8 @@ fn check_member(
     role: &str,
     key: &str,
     rule: Member,
+    value: Option<&Value>,
 ) -> Result<(), Rejection> {
-    if matches!(
-        rule,
-        Member::Role | Member::Remote | Member::Response { .. }
-    ) {
-        // Checked as the message's members were walked.
-        return Ok(());
-    }
-    let value = m.get(key).filter(|v| !v.is_null());
     let at = || format!("messages[{i}].{key}");
     match (rule, value) {
         (Member::Str | Member::Reasoning, Some(v)) if v.as_str().is_none() => {

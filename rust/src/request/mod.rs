@@ -163,7 +163,8 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     // 2. Structured fields, in table order, then the rules across fields.
     let mut decoding = Decoding::default();
     for &(name, rule, _) in table {
-        if let (Rule::Late(check), Some(v)) = (rule, get(name)) {
+        let Rule::Late(check) = rule else { continue };
+        if let Some(v) = get(name) {
             check(&mut p, &mut decoding, name, v)?;
         }
     }
