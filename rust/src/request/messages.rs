@@ -1,5 +1,6 @@
 //! Rules of `messages`, and the message members a target may not take.
 
+use super::parts::check_part;
 use super::{note, Parsed};
 use crate::error::Rejection;
 use crate::json::Value;
@@ -52,16 +53,14 @@ const MESSAGE_MEMBERS: &[(&str, Member)] = &[
     ("parsed",            Member::Response { array: false }),
 ];
 
-fn member_rule(key: &str) -> Option<Member> {
-    MESSAGE_MEMBERS
-        .iter()
-        .find(|&&(k, _)| k == key)
-        .map(|&(_, rule)| rule)
+/// The row of the member `key` in [`MESSAGE_MEMBERS`].
+fn member_row(key: &str) -> Option<usize> {
+    MESSAGE_MEMBERS.iter().position(|&(k, _)| k == key)
 }
 
 /// Whether a null message member says nothing (every member's null but `content`'s).
 fn null_says_nothing(key: &str) -> bool {
-    member_rule(key) != Some(Member::Content)
+    member_row(key).is_none_or(|at| MESSAGE_MEMBERS[at].1 != Member::Content)
 }
 
 /// Message members a target may not take, as (path below the message, key, name): each is
@@ -177,11 +176,15 @@ fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
             ))
         }
     };
-    // Which members the message has, in source order.
+    // Which members the message has, in source order; each value is kept by its row.
+    let mut values: [Option<&Value>; MESSAGE_MEMBERS.len()] = [None; MESSAGE_MEMBERS.len()];
     for (k, value) in members {
-        match member_rule(k) {
-            None => return Err(Rejection::unsupported(format!("messages[{i}].{k}"))),
-            Some(Member::Remote) => {
+        let Some(at) = member_row(k) else {
+            return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
+        };
+        values[at] = Some(value).filter(|v| !v.is_null());
+        match MESSAGE_MEMBERS[at].1 {
+            Member::Remote => {
                 if !matches!(value, Value::Object(_) | Value::Null) {
                     return Err(Rejection::invalid(
                         format!("messages[{i}].{k}"),
@@ -195,7 +198,7 @@ fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
                     );
                 }
             }
-            Some(Member::Response { array }) => {
+            Member::Response { array } => {
                 if role != "assistant" {
                     return Err(Rejection::unsupported(format!("messages[{i}].{k}")));
                 }
@@ -206,18 +209,24 @@ fn check_message(p: &mut Parsed, i: usize, m: &Value) -> Result<(), Rejection> {
                     ));
                 }
             }
-            Some(Member::Reasoning) => p.has_reasoning = true,
-            Some(_) => {}
+            Member::Reasoning => p.has_reasoning = true,
+            _ => {}
         }
     }
-    // Their values, in table order.
-    for &(key, rule) in MESSAGE_MEMBERS {
-        check_member(p, i, m, role, key, rule)?;
+    // Their values, in table order (the rows above were checked as the members were walked).
+    for (&(key, rule), value) in MESSAGE_MEMBERS.iter().zip(values) {
+        if !matches!(
+            rule,
+            Member::Role | Member::Remote | Member::Response { .. }
+        ) {
+            check_member(p, i, m, role, key, rule, value)?;
+        }
     }
     Ok(())
 }
 
-/// The rule of the member `key` of the message `m` (whose role is `role`), present or not.
+/// The rule of the member `key` of the message `m` (whose role is `role`), with its value
+/// (None: absent or null).
 fn check_member(
     p: &mut Parsed,
     i: usize,
@@ -225,15 +234,8 @@ fn check_member(
     role: &str,
     key: &str,
     rule: Member,
+    value: Option<&Value>,
 ) -> Result<(), Rejection> {
-    if matches!(
-        rule,
-        Member::Role | Member::Remote | Member::Response { .. }
-    ) {
-        // Checked as the message's members were walked.
-        return Ok(());
-    }
-    let value = m.get(key).filter(|v| !v.is_null());
     let at = || format!("messages[{i}].{key}");
     match (rule, value) {
         (Member::Str | Member::Reasoning, Some(v)) if v.as_str().is_none() => {
@@ -393,88 +395,6 @@ fn check_tool_calls(
         }
     }
     Ok(())
-}
-
-/// Returns whether the part is an image.
-fn check_part(
-    fault: &mut Option<Rejection>,
-    i: usize,
-    j: usize,
-    part: &Value,
-) -> Result<bool, Rejection> {
-    let path = |tail: &str| format!("messages[{i}].content[{j}]{tail}");
-    if !matches!(part, Value::Object(_)) {
-        return Err(Rejection::invalid(
-            path(""),
-            "each content part must be an object",
-        ));
-    }
-    let Some(kind) = part.get("type").and_then(Value::as_str) else {
-        return Err(Rejection::invalid(path(".type"), "'type' must be a string"));
-    };
-    match kind {
-        "text" | "input_text" => {
-            if part.get("text").and_then(Value::as_str).is_none() {
-                return Err(Rejection::invalid(path(".text"), "'text' must be a string"));
-            }
-            Ok(false)
-        }
-        "image_url" | "input_image" => {
-            match part.get("image_url") {
-                Some(Value::String(_)) if kind == "input_image" => {}
-                Some(obj @ Value::Object(_)) => {
-                    if obj.get("url").and_then(Value::as_str).is_none() {
-                        return Err(Rejection::invalid(
-                            path(".image_url.url"),
-                            "'url' must be a string",
-                        ));
-                    }
-                    match obj.get("detail") {
-                        None | Some(Value::Null) => {}
-                        Some(d)
-                            if d.as_str()
-                                .is_some_and(|d| ["auto", "low", "high"].contains(&d)) => {}
-                        Some(_) => {
-                            return Err(Rejection::invalid(
-                                path(".image_url.detail"),
-                                "'detail' must be one of auto, low, high",
-                            ))
-                        }
-                    }
-                }
-                _ => {
-                    return Err(Rejection::invalid(
-                        path(".image_url"),
-                        "'image_url' must be an object with a 'url'",
-                    ))
-                }
-            }
-            Ok(true)
-        }
-        // OpenAI's audio, file and (assistant) refusal parts: remote only.
-        "input_audio" | "file" | "refusal" => {
-            let ok = match kind {
-                "input_audio" => matches!(part.get("input_audio"), Some(Value::Object(_))),
-                "file" => matches!(part.get("file"), Some(Value::Object(_))),
-                _ => part.get("refusal").and_then(Value::as_str).is_some(),
-            };
-            if !ok {
-                return Err(Rejection::invalid(
-                    path(&format!(".{kind}")),
-                    format!("a '{kind}' part needs its '{kind}' member"),
-                ));
-            }
-            note(
-                fault,
-                Rejection::unsupported_msg(path(".type"), "unsupported content part type"),
-            );
-            Ok(false)
-        }
-        _ => Err(Rejection::unsupported_msg(
-            path(".type"),
-            "unsupported content part type",
-        )),
-    }
 }
 
 #[cfg(test)]

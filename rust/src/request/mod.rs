@@ -2,9 +2,10 @@
 //! validated [`Parsed`] out, or one [`Rejection`].
 //!
 //! Split by concern: [`fields`] holds the tables and the fields' own rules, [`values`] the
-//! generic value rules, [`messages`] the rules of `messages`, [`structured`] those of
-//! `response_format`, `tools` and `tool_choice`, and [`body`] the upstream body writer. This
-//! module walks the tables and names no field: what is particular to one is in its row.
+//! generic value rules, [`messages`] the rules of `messages` ([`parts`] those of their
+//! content parts), [`structured`] those of `response_format`, `tools` and `tool_choice`, and
+//! [`body`] the upstream body writer. This module walks the tables and names no field:
+//! what is particular to one is in its row.
 //!
 //! The allow-lists are tables of field → ([`Rule`], [`Reach`]) ([`CHAT_FIELDS`],
 //! [`COMPLETIONS_FIELDS`]): how the value is checked, and which targets honour the field.
@@ -27,6 +28,7 @@
 mod body;
 mod fields;
 mod messages;
+mod parts;
 mod structured;
 mod values;
 
@@ -161,7 +163,8 @@ fn parse(body: &[u8], endpoint: Endpoint) -> Result<Parsed, Rejection> {
     // 2. Structured fields, in table order, then the rules across fields.
     let mut decoding = Decoding::default();
     for &(name, rule, _) in table {
-        if let (Rule::Late(check), Some(v)) = (rule, get(name)) {
+        let Rule::Late(check) = rule else { continue };
+        if let Some(v) = get(name) {
             check(&mut p, &mut decoding, name, v)?;
         }
     }

@@ -2,9 +2,30 @@
 //! ([`super::fields::Rule::Late`]) are checked in phase 2, in table order, after every other
 //! row; what one tells the next is kept in [`Decoding`].
 
+use super::values::{check_members, MemberRow, Slot};
 use super::{note, Parsed, MAX_REMOTE_TOOLS, MAX_TOOLS};
 use crate::error::Rejection;
 use crate::json::Value;
+
+/// The members of a tool.
+const TOOL_MEMBERS: &[&str] = &["type", "function", "custom"];
+
+/// The members of a function tool's `function`.
+#[rustfmt::skip]
+const FUNCTION_MEMBERS: &[MemberRow] = &[
+    ("name",        Slot::NonEmptyStr,  true),
+    ("description", Slot::StrOrNull,    false),
+    ("parameters",  Slot::ObjectOrNull, false),
+    ("strict",      Slot::BoolOrNull,   false),
+];
+
+/// The members of a custom tool's `custom`.
+#[rustfmt::skip]
+const CUSTOM_MEMBERS: &[MemberRow] = &[
+    ("name",        Slot::NonEmptyStr,  true),
+    ("description", Slot::StrOrNull,    false),
+    ("format",      Slot::ObjectOrNull, false),
+];
 
 /// What the structured fields tell each other.
 #[derive(Debug, Default)]
@@ -167,10 +188,11 @@ fn check_tools(fault: &mut Option<Rejection>, v: &Value) -> Result<(), Rejection
                 "each tool must be an object",
             ));
         };
-        for (k, _) in members {
-            if k != "type" && k != "function" && k != "custom" {
-                return Err(Rejection::unsupported(format!("tools[{i}].{k}")));
-            }
+        if let Some((k, _)) = members
+            .iter()
+            .find(|(k, _)| !TOOL_MEMBERS.contains(&k.as_ref()))
+        {
+            return Err(Rejection::unsupported(format!("tools[{i}].{k}")));
         }
         match tool.get("type").and_then(Value::as_str) {
             Some("function") => {}
@@ -195,60 +217,24 @@ fn check_tools(fault: &mut Option<Rejection>, v: &Value) -> Result<(), Rejection
                 "'function' must be an object",
             ));
         };
-        for (k, fv) in fmembers {
-            let ok = match k.as_ref() {
-                "name" => fv.as_str().is_some_and(|s| !s.is_empty()),
-                "description" => matches!(fv, Value::String(_) | Value::Null),
-                "parameters" => matches!(fv, Value::Object(_) | Value::Null),
-                "strict" => matches!(fv, Value::Bool(_) | Value::Null),
-                _ => return Err(Rejection::unsupported(format!("tools[{i}].function.{k}"))),
-            };
-            if !ok {
-                return Err(Rejection::invalid(
-                    format!("tools[{i}].function.{k}"),
-                    format!("bad value for '{k}'"),
-                ));
-            }
-        }
-        if !fmembers.iter().any(|(k, _)| k == "name") {
-            return Err(Rejection::invalid(
-                format!("tools[{i}].function.name"),
-                "'name' is required",
-            ));
-        }
+        check_members(fmembers, FUNCTION_MEMBERS, &|k| {
+            format!("tools[{i}].function.{k}")
+        })?;
     }
     Ok(())
 }
 
 /// OpenAI's custom tool: `{"type": "custom", "custom": {"name", "description"?, "format"?}}`.
 fn check_custom_tool(i: usize, tool: &Value) -> Result<(), Rejection> {
-    let Some(custom @ Value::Object(members)) = tool.get("custom") else {
+    let Some(Value::Object(members)) = tool.get("custom") else {
         return Err(Rejection::invalid(
             format!("tools[{i}].custom"),
             "'custom' must be an object",
         ));
     };
-    for (k, cv) in members {
-        let ok = match k.as_ref() {
-            "name" => cv.as_str().is_some_and(|s| !s.is_empty()),
-            "description" => matches!(cv, Value::String(_) | Value::Null),
-            "format" => matches!(cv, Value::Object(_) | Value::Null),
-            _ => return Err(Rejection::unsupported(format!("tools[{i}].custom.{k}"))),
-        };
-        if !ok {
-            return Err(Rejection::invalid(
-                format!("tools[{i}].custom.{k}"),
-                format!("bad value for '{k}'"),
-            ));
-        }
-    }
-    if custom.get("name").is_none() {
-        return Err(Rejection::invalid(
-            format!("tools[{i}].custom.name"),
-            "'name' is required",
-        ));
-    }
-    Ok(())
+    check_members(members, CUSTOM_MEMBERS, &|k| {
+        format!("tools[{i}].custom.{k}")
+    })
 }
 
 fn check_tool_choice(

@@ -1,6 +1,8 @@
 //! Generic value rules: the shapes a table row can ask of a field's value. A shape knows
 //! the field only by the name it puts in `param` and in the message.
 
+use std::borrow::Cow;
+
 use crate::error::Rejection;
 use crate::json::Value;
 
@@ -169,4 +171,49 @@ pub(super) fn int_in(name: &str, v: &Value, min: i64, max: i64) -> Result<i64, R
 
 pub(super) fn is_empty_object(v: &Value) -> bool {
     matches!(v, Value::Object(m) if m.is_empty())
+}
+
+/// The shape of a member of a nested object ([`check_members`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Slot {
+    NonEmptyStr,
+    StrOrNull,
+    ObjectOrNull,
+    BoolOrNull,
+}
+
+/// One row of a member table: the key, its shape, whether the object must have it.
+pub(super) type MemberRow = (&'static str, Slot, bool);
+
+/// Check an object's `members` against `table`, in source order: a key the table lacks is
+/// unsupported, a value of another shape is refused; then a required key that is missing.
+/// `path(key)` is a member's `param`.
+pub(super) fn check_members(
+    members: &[(Cow<'_, str>, Value<'_>)],
+    table: &[MemberRow],
+    path: &dyn Fn(&str) -> String,
+) -> Result<(), Rejection> {
+    for (k, v) in members {
+        let Some(&(_, slot, _)) = table.iter().find(|&&(key, _, _)| k == key) else {
+            return Err(Rejection::unsupported(path(k)));
+        };
+        let ok = match slot {
+            Slot::NonEmptyStr => v.as_str().is_some_and(|s| !s.is_empty()),
+            Slot::StrOrNull => matches!(v, Value::String(_) | Value::Null),
+            Slot::ObjectOrNull => matches!(v, Value::Object(_) | Value::Null),
+            Slot::BoolOrNull => matches!(v, Value::Bool(_) | Value::Null),
+        };
+        if !ok {
+            return Err(Rejection::invalid(path(k), format!("bad value for '{k}'")));
+        }
+    }
+    for &(key, _, required) in table {
+        if required && !members.iter().any(|(k, _)| k == key) {
+            return Err(Rejection::invalid(
+                path(key),
+                format!("'{key}' is required"),
+            ));
+        }
+    }
+    Ok(())
 }
