@@ -1,102 +1,41 @@
-"""One upstream exchange, from the request sent upstream to the last byte sent back.
+"""One exchange with an upstream, from the request sent to the last byte sent back.
 
-Every exchange (remote, local, native, proxied) runs in `Exchanges.open()`: a cancel scope
-registered with the `DisconnectWatch`, which carries the client's disconnect, the drain of
-a shutdown and the exchange's deadline, and tells afterwards which of them ended it
-(`Exchange.ending`). Hypercorn reports a client that went away only as `http.disconnect`
-from `receive()` (its `send()` never raises), so a watcher task blocked in `receive()`
-cancels the scope, and the cancellation closes the upstream connection. Most requests
-finish in milliseconds, so watchers are not spawned per request: a sweeper started by
-`serve()` gives one to every exchange still running after `WATCH_DELAY_S`. A disconnect is
-therefore acted on within 2 x WATCH_DELAY_S, and a fast request pays a dict insert instead
-of a nursery and a task (bench/README.md has the cost).
+Every exchange runs in `Exchanges.open()`: a cancel scope registered with the
+`DisconnectWatch`, which carries the client's disconnect (Hypercorn reports it only from
+`receive()`), the drain of a shutdown and the deadline, and tells afterwards which ended it
+(`Exchange.ending`). Watchers are given only to exchanges still running after
+`WATCH_DELAY_S` (bench/README.md has the cost), so a disconnect is acted on within twice that.
 
-Every stream is written by one `SseWriter`, whose state (head pending / streaming /
-ended) decides how a failure ends it: before the head, an error answer; after it, one
-final SSE error event and no `[DONE]`, the same for every kind of stream.
+Its steps are written once: a whole answer (`read_answer`: open, send, screen, allow, read,
+close) and a stream into a sink (`stream`: open, send, screen, refusal or head, the pump of
+edgegw.pump, close); `forward`, `relay_sse`, the MCP rounds and /proxy's relays are built on
+them. Remote streams are relayed as the upstream's bytes, only tapped; an upstream error
+becomes the envelope with its status, or is relayed as sent on the native-API routes.
 """
 
 from __future__ import annotations
 
-import bisect
-import enum
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+import math
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
 
 import trio
 
-from edgegw.asgi import Receive, Send
-from edgegw.errors import (
-    CATALOGUE,
-    OPENAI_SHAPE,
-    ErrorShape,
-    GatewayError,
-    Headers,
-    fail,
-    shutting_down,
-    upstream_timeout,
-)
+from edgegw.answer import Ending, Outcome, SseWriter
+from edgegw.asgi import Call, Receive
+from edgegw.bodies import BufferBudget, read_whole, scrub
+from edgegw.errors import GatewayError, Headers, shutting_down, upstream_error, upstream_timeout
+from edgegw.pump import RelaySink, Sink, StreamCheck, pump
+from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
+from edgegw.tap import TAP_WHOLE_MAX, TAPS, usage_of
+from edgegw.upstream import Origin, Response, UpstreamPool
 
 log = logging.getLogger("edgegw.streaming")
 
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 WATCH_DELAY_S = 0.25
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What happened to one exchange, for the route's telemetry and logs."""
-
-    status: int = 200
-    usage: dict[str, Any] | None = None
-    # trio.current_time() when the first body bytes went to the client (time to first token).
-    first_chunk_at: float | None = None
-    tool_calls: list[str] = field(default_factory=list)
-    done: bool = False
-    events: int = 0
-    # The code of the error that ended a stream after its head was sent.
-    error: str | None = None
-    client_gone: bool = False
-    # The answer's `model` and its choices' finish reasons, when the tap saw them.
-    response_model: str | None = None
-    finish_reasons: list[str] = field(default_factory=list)
-    # The gaps between a stream's writes to the client (inter-token gaps), as histogram
-    # counts per GAP_BUCKETS bucket, and their sum; None until a second write.
-    gaps: GapCounts | None = None
-    last_write_at: float | None = None
-
-
-# Inter-token gaps: 1 ms doubling to ~16 s (streams send a token every 10-100 ms).
-GAP_BUCKETS = tuple(0.001 * 2**k for k in range(15))
-
-
-class GapCounts:
-    """One stream's inter-token gaps, bucketed as they come (no list per token)."""
-
-    __slots__ = ("counts", "total")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(GAP_BUCKETS) + 1)
-        self.total = 0.0
-
-    def add(self, gap: float) -> None:
-        self.counts[bisect.bisect_left(GAP_BUCKETS, gap)] += 1
-        self.total += gap
-
-
-class Ending(enum.Enum):
-    """What ended an exchange's scope."""
-
-    COMPLETED = "completed"
-    CLIENT_GONE = "client_gone"
-    DRAINED = "drained"  # the drain time of a shutdown ran out
-    TIMED_OUT = "timed_out"  # the exchange's own deadline
 
 
 class Exchange:
@@ -192,84 +131,277 @@ class DisconnectWatch:
         return len(active)
 
 
-class StreamState(enum.Enum):
-    HEAD_PENDING = "head_pending"
-    STREAMING = "streaming"
-    ENDED = "ended"
+RetryScope = Literal["all", "refused", "none"]
+# Largest upstream error body read before answering (the rest is not needed).
+MAX_ERROR_BODY = 1 << 20
+# A look at a whole 2xx answer before the client gets it: (the body to send, headers to
+# add); raising answers the error instead.
+Inspect = Callable[[bytes], Awaitable[tuple[bytes, Headers]]]
 
 
-class SseWriter:
-    """The one writer of every SSE answer; its state says what a failure can still do."""
+@dataclass(slots=True)
+class UpstreamRequest:
+    """One request to send upstream, as a route describes it."""
 
-    __slots__ = ("_send", "_headers", "_outcome", "state", "shape")
+    origin: Origin
+    target: bytes
+    headers: Headers | list[tuple[bytes, bytes]]
+    body: bytes
+    method: bytes = b"POST"
+    # The provider's key: scrubbed from any upstream text relayed to the client.
+    secret: bytes | None = None
+    # Called with the upstream's answer head before anything is written to the client; it
+    # may raise to refuse the answer (model routing then tries another deployment).
+    screen: Callable[[Response], None] | None = None
+    # The gateway asked for stream usage the client did not ask for: tapped, not relayed.
+    hidden_usage: bool = False
+    # What may be sent again before the first byte reaches the client (edgegw.retry):
+    # "all" (a generation), "refused" (a connection refused only), "none".
+    retry: RetryScope = "none"
 
-    def __init__(
+
+@dataclass(frozen=True, slots=True)
+class Exchanges:
+    """What every exchange needs from the process: the pool, the watch and the limits."""
+
+    pool: UpstreamPool
+    watch: DisconnectWatch
+    first_byte_timeout_s: float
+    idle_timeout_s: float
+    max_response_bytes: int
+    # Whole answers held by the process at once (bodies.BufferBudget).
+    budget: BufferBudget
+    # UPSTREAM_RETRY_*: how a request whose `retry` allows it is sent again.
+    retry: RetryPolicy = NO_RETRY
+
+    async def send(self, call: Call, up: UpstreamRequest) -> Response:
+        """The request sent, and sent again as `up.retry` and the policy allow; each attempt
+        is its own span with its own connection."""
+
+        def attempt() -> Awaitable[Response]:
+            return send_traced(
+                self.pool, call, up.origin, up.method, up.target, up.headers, up.body
+            )
+
+        if up.retry == "none" or self.retry.attempts <= 1:
+            return await attempt()
+
+        def retrying(reason: str) -> None:
+            log.info(
+                "retrying %s %s after %s", up.origin.host, up.target[:64].decode("latin-1"), reason
+            )
+
+        refused_only = up.retry == "refused"
+        return await send_retrying(
+            attempt, self.retry, refused_only=refused_only, on_retry=retrying
+        )
+
+    @contextmanager
+    def open(self, call: Call, timeout_s: float) -> Iterator[Exchange]:
+        """The scope of one exchange; the deadline starts `timeout_s` from now."""
+        ex = Exchange(call.receive, trio.current_time() + timeout_s)
+        self.watch.register(ex)
+        try:
+            with ex.scope:
+                yield ex
+        finally:
+            self.watch.release(ex)
+
+    async def forward(
         self,
-        send: Send,
-        outcome: Outcome,
-        extra_headers: Headers = (),
-        shape: ErrorShape = OPENAI_SHAPE,
-    ) -> None:
-        self._send = send
-        self._headers = [*SSE_HEADERS, *extra_headers] if extra_headers else SSE_HEADERS
-        self._outcome = outcome
-        self.state = StreamState.HEAD_PENDING
-        # The route's API: how the error event that ends a failed stream is written.
-        self.shape = shape
+        call: Call,
+        up: UpstreamRequest,
+        *,
+        raw_errors: bool = False,
+        response_headers: Headers = (),
+        inspect: Inspect | None = None,
+    ) -> Outcome:
+        """Non-streaming: the upstream's 2xx body as it was sent, or its error in the
+        envelope (as the upstream sent it, with `raw_errors`). `inspect` sees a 2xx body
+        before the client does: it returns the body to send and headers to add, or raises
+        the error to answer instead (the guardrails' post_call)."""
+        outcome = Outcome()
+        got = await self.read_answer(call, up)
+        if got is None:
+            outcome.client_gone = True
+            return outcome
+        resp, payload, charge = got
+        try:
+            ok = 200 <= resp.status < 300
+            # A provider that quotes its key back, in an error or an answer, is not relayed
+            # with it.
+            payload = scrub(payload, up.secret)
+            if not ok:
+                if not raw_errors:
+                    raise upstream_error(resp.status, resp.headers, payload)
+            outcome.status = resp.status
+            if ok and len(payload) > TAP_WHOLE_MAX:
+                # Parsed whole it would take many times its size: its usage only.
+                TAPS[call.errors.name](usage_of(payload), outcome, "message")
+            elif ok and (
+                payload.find(b'"usage"') != -1
+                or payload.find(b'"tool_calls"') != -1
+                or call.trace is not None
+            ):
+                TAPS[call.errors.name](payload, outcome, "message")
+            if ok and inspect is not None:
+                payload, added = await inspect(payload)
+                response_headers = (*response_headers, *added)
+            if ok and call.trace_content is not None:
+                call.trace_content.answer(payload)
+            headers = [
+                (b"content-type", resp.header(b"content-type") or b"application/json"),
+                (b"content-length", b"%d" % len(payload)),
+            ]
+            if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
+                headers.append((b"retry-after", retry))
+            headers += response_headers
+            await call.respond(resp.status, headers, payload)
+            return outcome
+        finally:
+            self.budget.give(charge)
 
-    async def start(self) -> None:
-        await self._send({"type": "http.response.start", "status": 200, "headers": self._headers})
-        self.state = StreamState.STREAMING
+    async def read_answer(
+        self, call: Call, up: UpstreamRequest
+    ) -> tuple[Response, bytes, int] | None:
+        """One exchange whose whole answer is read here: (response, decoded body, what it
+        holds of the buffer budget, for the caller to give back once the body is no longer
+        held); None when the client went away. A drain or a timeout is raised (503 / 504)."""
+        charge = 0
+        try:
+            with self.open(call, self.first_byte_timeout_s) as ex:
+                resp = await self.send(call, up)
+                try:
+                    if up.screen is not None:
+                        up.screen(resp)
+                    ex.allow(self.idle_timeout_s)
+                    payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
+                finally:
+                    await resp.aclose()
+            if not ex.raise_unless_answerable():
+                self.budget.give(charge)
+                return None
+        except BaseException:
+            self.budget.give(charge)
+            raise
+        return resp, payload, charge
 
-    async def write(self, data: bytes) -> None:
-        await self._send({"type": "http.response.body", "body": data, "more_body": True})
-        outcome = self._outcome
-        now = trio.current_time()
-        if outcome.first_chunk_at is None:
-            outcome.first_chunk_at = now
-        else:
-            assert outcome.last_write_at is not None
-            if outcome.gaps is None:
-                outcome.gaps = GapCounts()
-            outcome.gaps.add(now - outcome.last_write_at)
-        outcome.last_write_at = now
+    async def stream(
+        self,
+        call: Call,
+        up: UpstreamRequest,
+        sink: Sink,
+        *,
+        start: Callable[[Response], Awaitable[None]],
+        refused: Callable[[Response], Awaitable[None]],
+    ) -> Exchange:
+        """The stream operation, its steps in this order: open (the first-byte deadline),
+        send, screen; an answer that is no stream (not 2xx) goes to `refused`, its body
+        read within the idle deadline; else `start` (the head to the client) and the pump
+        into `sink`, silence bounded per piece; the response closed. The exchange is
+        returned for the caller's writer to settle."""
+        with self.open(call, self.first_byte_timeout_s) as ex:
+            resp = await self.send(call, up)
+            try:
+                if up.screen is not None:
+                    up.screen(resp)
+                if not 200 <= resp.status < 300:
+                    ex.allow(self.idle_timeout_s)
+                    await refused(resp)
+                    return ex
+                ex.scope.deadline = math.inf  # from here on only silence is bounded
+                await start(resp)
+                try:
+                    await pump(resp, sink, self.idle_timeout_s)
+                except Exception:
+                    # The head is out: the only honest end left is an error event.
+                    log.exception("stream relay failed")
+                    await sink.fail("internal_error", "internal error")
+            finally:
+                await resp.aclose()
+        return ex
 
-    async def comment(self, data: bytes) -> None:
-        """A comment line (a keep-alive): not a token, so neither TTFT nor a gap."""
-        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+    async def relay_sse(
+        self,
+        call: Call,
+        up: UpstreamRequest,
+        *,
+        raw_errors: bool = False,
+        response_headers: Headers = (),
+        check: StreamCheck | None = None,
+    ) -> Outcome:
+        """Streaming: relay the upstream's SSE bytes as they arrive, tapping them for usage
+        (and judging them with `check`). An upstream error before the stream is answered in
+        the envelope (as the upstream sent it, with `raw_errors`)."""
+        outcome = Outcome()
+        writer = SseWriter(call.send, outcome, response_headers, call.errors)
+        sink = RelaySink(writer, outcome, up.secret, up.hidden_usage, call.trace_content, check)
+        refusal: list[Response] = []
 
-    async def close(self, data: bytes = b"") -> None:
-        """The stream's clean end (`data` holds its last events, `[DONE]` included)."""
-        self.state = StreamState.ENDED
-        await self._send({"type": "http.response.body", "body": data, "more_body": False})
-        if data and self._outcome.first_chunk_at is None:
-            self._outcome.first_chunk_at = trio.current_time()
+        async def refused(resp: Response) -> None:
+            refusal.append(resp)
+            payload = await error_body(resp, up.secret, self.budget)
+            if not raw_errors:
+                raise upstream_error(resp.status, resp.headers, payload)
+            outcome.status = resp.status
+            await _send_raw(call, resp.status, resp.headers, payload)
 
-    async def fail(self, code: str, message: str) -> None:
-        """End a started stream with one error event in the API's shape (no `[DONE]`);
-        before the head, raise the error as an answer instead."""
-        if self.state is StreamState.HEAD_PENDING:
-            raise fail(code, message)
-        if self.state is StreamState.ENDED:
-            return
-        self._outcome.error = code
-        self.state = StreamState.ENDED
-        event = self.shape.event(CATALOGUE[code][0], code, message, self._outcome.events)
-        await self._send({"type": "http.response.body", "body": event, "more_body": False})
+        async def start(resp: Response) -> None:
+            await writer.start()
 
-    async def settle(
-        self, ex: Exchange, timeout_error: Callable[[], GatewayError] = upstream_timeout
-    ) -> None:
-        """After the exchange's scope: end the stream as its ending says (a drained or
-        timed-out stream gets its error event; before the head, the error answer)."""
-        ending = ex.ending
-        self._outcome.client_gone = ending is Ending.CLIENT_GONE
-        if ending is Ending.COMPLETED or ending is Ending.CLIENT_GONE:
-            return
-        if self.state is StreamState.HEAD_PENDING:
-            ex.raise_unless_answerable(timeout_error)
-        elif ending is Ending.DRAINED:
-            await self.fail("shutting_down", "the gateway is shutting down")
-        else:
-            err = timeout_error()
-            await self.fail(err.code, err.message)
+        ex = await self.stream(call, up, sink, start=start, refused=refused)
+        if not refusal:
+            await writer.settle(ex)
+        return outcome
+
+
+async def send_traced(
+    pool: UpstreamPool,
+    call: Call,
+    origin: Origin,
+    method: bytes,
+    target: bytes,
+    headers: Headers | list[tuple[bytes, bytes]],
+    body: bytes,
+) -> Response:
+    """`pool.send` with the request's id, and with tracing on, one CLIENT span for the
+    attempt (from sending to the response head: its duration is the time to first byte)
+    whose `traceparent` goes upstream, and a `connect` child for a connection it opened."""
+    sent = [*headers, (b"x-request-id", call.request_id.encode())]
+    trace = call.trace
+    if trace is None:
+        if call.trace_context:
+            sent += call.trace_context
+        return await pool.send(origin, method, target, sent, body)
+    span, context, on_connect = trace.attempt(method, target, origin.host, origin.port)
+    sent += context
+    opened = pool.open_connections
+    try:
+        resp = await pool.send(origin, method, target, sent, body, on_connect)
+    except BaseException as e:
+        span.fail(e)
+        span.end()
+        raise
+    trace.attempt_done(span, resp.status, pool.open_connections > opened)
+    return resp
+
+
+async def _send_raw(
+    call: Call, status: int, headers: list[tuple[bytes, bytes]], payload: bytes
+) -> None:
+    keep = [(k, v) for k, v in headers if k in (b"content-type", b"retry-after")]
+    keep.append((b"content-length", b"%d" % len(payload)))
+    await call.respond(status, keep, payload)
+
+
+async def error_body(resp: Response, secret: bytes | None, budget: BufferBudget) -> bytes:
+    """An upstream's error answer, read whole (at most MAX_ERROR_BODY), key scrubbed; b""
+    when it cannot be read."""
+    charge = 0
+    try:
+        payload, charge = await read_whole(resp, MAX_ERROR_BODY, budget)
+    except GatewayError:
+        return b""
+    finally:
+        budget.give(charge)
+    return scrub(payload, secret)

@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 
 from edgegw.auth.client_keys import ClientKeys
 from edgegw.bodies import BufferBudget
-from edgegw.exchange import DisconnectWatch
+from edgegw.exchange import DisconnectWatch, Exchanges
 from edgegw.intake import Intake
 from edgegw.local.contract import SdkVersionLog
 from edgegw.local.fleet import Fleet
 from edgegw.models.catalog import ModelCatalog
 from edgegw.providers import Target
-from edgegw.relay import Exchanges
 from edgegw.resolve import Resolver
 from edgegw.retry import RetryPolicy
 from edgegw.routing.router import Router

@@ -1,6 +1,6 @@
 """/proxy's relays: the upstream's answer with its status and headers, piece by piece
 (`relay_raw`), or judged by the guardrails first (`relay_judged`: a stream as it passes, any
-other answer whole), the provider's key scrubbed either way. Built on edgegw.relay's
+other answer whole), the provider's key scrubbed either way. Built on edgegw.exchange's
 exchanges, as the generation routes' relays are."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import math
 
 import trio
 
+from edgegw.answer import Outcome, SseWriter
 from edgegw.asgi import Call
 from edgegw.bodies import Scrubber, read_whole, scrub
 from edgegw.errors import GatewayError, Headers
-from edgegw.exchange import Exchange, Outcome, SseWriter
+from edgegw.exchange import Exchange, Exchanges, Inspect, UpstreamRequest, error_body
 from edgegw.pump import RelaySink, StreamCheck, pump
-from edgegw.relay import Exchanges, Inspect, UpstreamRequest, error_body
 from edgegw.upstream import Response
 
 log = logging.getLogger("edgegw.streaming")

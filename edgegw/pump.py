@@ -9,7 +9,7 @@ through the sink: `fail` on a transport error, a protocol fault, silence past `i
 else `end`.
 
 Sinks: `RelaySink` here, a stream relayed to the client as the upstream's bytes, tapped for
-usage (edgegw.relay's `relay_sse` and the guarded /proxy), and edgegw.mcp.models'
+usage (edgegw.exchange's `relay_sse` and the guarded /proxy), and edgegw.mcp.models'
 `RoundSink`, one round of an MCP tool loop folded into the client's one stream.
 """
 
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from edgegw._core import SseSplitter, UpstreamProtocolError
+from edgegw.answer import Outcome, SseWriter
 from edgegw.bodies import scrub, stream_decoder
 from edgegw.errors import GatewayError
-from edgegw.exchange import Outcome, SseWriter
 from edgegw.tap import TAPS, has_usage, without_usage
 from edgegw.upstream import Response
 

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from edgegw._core import SseEvent
-from edgegw.exchange import Outcome
+from edgegw.answer import Outcome
 
 # Finish reasons kept per answer (one per choice; `n` is bounded by the providers).
 MAX_FINISH_REASONS = 128

@@ -14,9 +14,9 @@ import orjson
 import trio
 import trio.testing
 
+from edgegw.answer import Outcome
 from edgegw.bodies import BufferBudget, read_whole
 from edgegw.errors import GatewayError
-from edgegw.exchange import Outcome
 from edgegw.tap import TAP_WHOLE_MAX, tap, usage_of
 from edgegw.upstream import Origin, UpstreamPool
 

@@ -178,7 +178,9 @@ def test_tracing_needs_telemetry_and_says_so() -> None:
     env = {"TELEMETRY_TRACING_ENABLED": "true"}
     assert not Settings.load(environ=env).tracing_enabled
     assert any("TELEMETRY_ENABLED is not true" in m for m in unhonoured(env))
-    assert not any("TELEMETRY_TRACING" in m for m in unhonoured({**env, "TELEMETRY_ENABLED": "true"}))
+    assert not any(
+        "TELEMETRY_TRACING" in m for m in unhonoured({**env, "TELEMETRY_ENABLED": "true"})
+    )
     assert any("OTEL_PROPAGATORS" in m for m in unhonoured({"OTEL_PROPAGATORS": "b3"}))
 
 

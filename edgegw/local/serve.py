@@ -19,9 +19,10 @@ import orjson
 import trio
 
 from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError
+from edgegw.answer import Outcome, SseWriter, StreamState
 from edgegw.asgi import Call, Send, new_request_id
 from edgegw.errors import CATALOGUE, GatewayError, Headers, fail
-from edgegw.exchange import Outcome, SseWriter, StreamState
+from edgegw.exchange import Exchanges, Inspect, send_traced
 from edgegw.local.contract import LocalRequest
 from edgegw.local.fleet import Fleet, LocalRuntime, WorkerState, unavailable
 from edgegw.local.sglang import (
@@ -36,7 +37,6 @@ from edgegw.local.sglang import (
     worker_error,
 )
 from edgegw.pump import StreamCheck
-from edgegw.relay import Exchanges, Inspect, send_traced
 from edgegw.upstream import Response
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ async def serve(
 ) -> Outcome | NoLocalWorker:
     """`response_headers`: added to the answer (model routing's X-Selected-*); `inspect`
     sees a whole answer and `check` a stream's events before the client does (the
-    guardrails' post_call, edgegw.relay's protocols)."""
+    guardrails' post_call, edgegw.exchange's protocols)."""
     chat = req.endpoint == "chat"
     candidates = fleet.candidates(rt, lreq.pool, lreq.machine_profile)
     if (lreq.pool or lreq.machine_profile) and not candidates:

@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from edgegw._core import ParsedRequest
+from edgegw.answer import Outcome
 from edgegw.asgi import Call
 from edgegw.errors import Headers, fail
-from edgegw.exchange import Outcome
+from edgegw.exchange import Exchanges, Inspect
 from edgegw.mcp.models import Model, Unserved
 from edgegw.mcp.state import MAX_ROUNDS, Agent, ToolCheck, refuse_prefixed, rounds_exhausted
 from edgegw.mcp.stream import run_stream
 from edgegw.mcp.tools import Offered
-from edgegw.relay import Exchanges, Inspect
 from edgegw.tap import tap
 
 if TYPE_CHECKING:  # the SDK is imported only when MCP_ENABLED (edgegw.gateway)

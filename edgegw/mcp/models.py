@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from edgegw._core import SseSplitter
+from edgegw.answer import Ending, StreamState
 from edgegw.asgi import Call
 from edgegw.bodies import scrub
 from edgegw.errors import GatewayError, Headers, upstream_error
-from edgegw.exchange import Ending, StreamState
+from edgegw.exchange import Exchanges, UpstreamRequest, error_body
 from edgegw.mcp.rounds import ClientStream, Round
-from edgegw.relay import Exchanges, UpstreamRequest, error_body
 from edgegw.upstream import Response
 
 log = logging.getLogger("edgegw.streaming")

@@ -11,9 +11,10 @@ from typing import Any
 import orjson
 
 from edgegw._core import SseEvent
+from edgegw.answer import SSE_HEADERS, Outcome, SseWriter, StreamState
 from edgegw.asgi import Send
 from edgegw.errors import Headers
-from edgegw.exchange import SSE_HEADERS, Exchange, Outcome, SseWriter, StreamState
+from edgegw.exchange import Exchange
 
 DONE = b"data: [DONE]\n\n"
 

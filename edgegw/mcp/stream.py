@@ -14,13 +14,13 @@ model's: SIE's final chunk, then `[DONE]`).
 
 from __future__ import annotations
 
+from edgegw.answer import Ending, Outcome
 from edgegw.asgi import Call
 from edgegw.errors import Headers
-from edgegw.exchange import Ending, Outcome
+from edgegw.exchange import Exchanges
 from edgegw.mcp.models import Model
 from edgegw.mcp.rounds import ClientStream, Round
 from edgegw.mcp.state import MAX_ROUNDS, Agent, rounds_exhausted
-from edgegw.relay import Exchanges
 
 
 async def run_stream(

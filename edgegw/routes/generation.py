@@ -24,9 +24,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 
 from edgegw._core import ParsedRequest, parse_chat_request, parse_completions_request
+from edgegw.answer import Outcome
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, Headers
-from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local

@@ -12,13 +12,13 @@ from typing import Any
 from edgegw._core import ParsedRequest, SseSplitter, parse_chat_request
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError
+from edgegw.exchange import Exchanges
 from edgegw.local import fallback as local_fallback
 from edgegw.local import serve as local
 from edgegw.local.contract import LocalRequest
 from edgegw.local.fleet import Fleet, LocalRuntime
 from edgegw.mcp.models import Answer, Unserved
 from edgegw.mcp.rounds import ClientStream, Round
-from edgegw.relay import Exchanges
 
 
 @dataclass

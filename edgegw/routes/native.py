@@ -18,15 +18,15 @@ import re
 from dataclasses import dataclass
 
 from edgegw._core import PassthroughRequest, parse_passthrough
+from edgegw.answer import Outcome
 from edgegw.asgi import Call
 from edgegw.errors import Headers, fail
-from edgegw.exchange import Outcome
+from edgegw.exchange import UpstreamRequest
 from edgegw.gateway import Gateway
 from edgegw.guardrails import apis
 from edgegw.guardrails.apis import GuardedApi
 from edgegw.guardrails.route import FormField, RequestGuard, guard_request
 from edgegw.providers import Target
-from edgegw.relay import UpstreamRequest
 from edgegw.resolve import (
     IMAGES_EDITS,
     IMAGES_GENERATIONS,

@@ -19,13 +19,13 @@ import trio
 from edgegw._core import RequestError, parse_passthrough
 from edgegw.asgi import Call
 from edgegw.errors import fail, payload_too_large, upstream_timeout
+from edgegw.exchange import UpstreamRequest
 from edgegw.gateway import Gateway
 from edgegw.guardrails.apis import GuardedApi, proxied_api
 from edgegw.guardrails.route import guard_request
 from edgegw.octets import COLON
 from edgegw.providers import Target
 from edgegw.proxy_relay import relay_judged, relay_raw
-from edgegw.relay import UpstreamRequest
 from edgegw.routes.native import form_fields, multipart_boundary, multipart_parts
 
 PROXY_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")

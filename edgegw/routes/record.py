@@ -10,9 +10,9 @@ from types import TracebackType
 import trio
 
 from edgegw._core import RequestError
+from edgegw.answer import Outcome
 from edgegw.asgi import Call, Result
 from edgegw.errors import GatewayError
-from edgegw.exchange import Outcome
 from edgegw.gateway import Gateway
 
 log = logging.getLogger("edgegw.app")

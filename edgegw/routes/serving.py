@@ -9,9 +9,10 @@ import logging
 from collections.abc import Callable
 
 from edgegw._core import ParsedRequest
+from edgegw.answer import Outcome
 from edgegw.asgi import Call
 from edgegw.errors import CATALOGUE, Headers, fail, unsupported_field
-from edgegw.exchange import Outcome
+from edgegw.exchange import RetryScope, UpstreamRequest
 from edgegw.gateway import Gateway
 from edgegw.guardrails.apis import CHAT, COMPLETIONS
 from edgegw.guardrails.route import RequestGuard, guard_request
@@ -26,7 +27,6 @@ from edgegw.mcp import agent as mcp_agent
 from edgegw.mcp.models import RemoteModel, Unserved
 from edgegw.mcp.tools import Offered
 from edgegw.providers import provider_body
-from edgegw.relay import RetryScope, UpstreamRequest
 from edgegw.resolve import Remote
 from edgegw.routes.mcp_local import LocalWorkerModel
 from edgegw.routing.router import Screen

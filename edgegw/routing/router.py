@@ -4,7 +4,7 @@ For a request naming an alias, `Router.trip(alias).attempts()` orders the alias'
 deployments by its strategy, skips the ones that cannot take a request now (breaker open,
 a probe out, a 429's Retry-After not yet over) and hands them to the route in turn, at
 most `max_attempts` (`Trip` shows the loop). The route sends each and hands its `screen`
-to the relay (edgegw.relay.UpstreamRequest.screen), which calls it with the upstream's
+to the relay (edgegw.exchange.UpstreamRequest.screen), which calls it with the upstream's
 answer head before anything is written to the client; the route reports how the attempt
 ended (`Attempt.failed` / `Attempt.finished`), and the router keeps the verdicts. Before that point a
 connect error, a 429 or a 5xx moves the request to the next deployment; after it the answer
@@ -27,8 +27,8 @@ from typing import Protocol
 
 import trio
 
+from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, fail
-from edgegw.exchange import Outcome
 from edgegw.retry import NO_RETRY, RetryPolicy
 from edgegw.routing.breaker import Breaker, BreakerState
 from edgegw.routing.config import Alias, Deployment, RoutingConfig

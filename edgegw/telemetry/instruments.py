@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from edgegw.exchange import GAP_BUCKETS
+from edgegw.answer import GAP_BUCKETS
 
 log = logging.getLogger("edgegw.metrics")
 

@@ -22,7 +22,7 @@ from edgegw._core import (
     decode_otlp_metrics,
     gunzip_capped,
 )
-from edgegw.exchange import GAP_BUCKETS, GapCounts
+from edgegw.answer import GAP_BUCKETS, GapCounts
 from edgegw.settings import Settings
 from edgegw.telemetry.instruments import (
     BREAKER_STATES,
