@@ -5,7 +5,8 @@ The request pipeline, in order:
   2. the probes, /health and /ready, answered at once (edgegw.routes.probes);
   3. refuse new work while draining (503 `shutting_down`, `Connection: close`);
   4. client authentication when `EDGEGW_API_KEYS` is set or `AUTH_ENABLED`: a client
-     key, or an OIDC bearer token (edgegw.auth), either passes;
+     key, or an OIDC bearer token (edgegw.auth), either passes, and names the caller's
+     tenant (`call.caller`; the tenant's limits are checked by the route, edgegw.tenants);
   5. the body read whole (edgegw.intake), then the in-flight bound (503 `overloaded` +
      `Retry-After` at once);
   6. the route (edgegw/routes/): it reads and validates its body, resolves its target
@@ -185,7 +186,8 @@ class App:
         verifier = self.gateway.verifier
         keys = self.gateway.client_keys
         if keys.required:
-            if keys.accepts(presented):
+            if (caller := keys.caller(presented)) is not None:
+                call.caller = caller
                 return
             if verifier is None or (presented and not verifier.looks_like_jwt(bearer)):
                 raise fail(
@@ -197,6 +199,7 @@ class App:
         if not bearer:
             raise verifier.missing_token()
         call.identity = await verifier.verify(bearer)
+        call.caller = keys.oidc_caller(call.identity)
 
 
 async def _answer_error(call: Call, e: Answerable) -> None:

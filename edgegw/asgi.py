@@ -25,6 +25,7 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 if TYPE_CHECKING:  # the tracing hooks; the SDK itself is loaded only when tracing is on
     from edgegw._core import TraceRecord
+    from edgegw.keyfile import Caller
     from edgegw.telemetry.tracing import Completion
 
 # A client's request id is kept when it is this short and made of these characters (UUIDs,
@@ -82,6 +83,8 @@ class Call:
         "trace_content",
         "result",
         "identity",
+        "caller",
+        "answer_headers",
         "errors",
     )
 
@@ -113,6 +116,10 @@ class Call:
         # The verified OIDC claims of the caller (set by the app's authentication step);
         # None without OIDC or when a client key admitted the request.
         self.identity: dict[str, Any] | None = None
+        # Who sent it (tenant and key; edgegw.auth.client_keys), set by authentication.
+        self.caller: Caller | None = None
+        # Headers every answer head gets (the tenant's rate-limit headers, edgegw.tenants).
+        self.answer_headers: list[tuple[bytes, bytes]] = []
         # How errors edgegw raises are written: the route's API's shape (app.py sets it).
         self.errors = OPENAI_SHAPE
 
@@ -129,6 +136,7 @@ class Call:
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
         other.trace, other.result, other.identity = self.trace, self.result, self.identity
+        other.caller, other.answer_headers = self.caller, []
         other.trace_context, other.trace_content = self.trace_context, self.trace_content
         other.errors = self.errors
         return other
@@ -142,7 +150,11 @@ class Call:
 
     async def send(self, message: dict[str, Any]) -> None:
         if self._with_id and message["type"] == "http.response.start":
-            message["headers"] = [*message["headers"], (b"x-request-id", self.request_id.encode())]
+            message["headers"] = [
+                *message["headers"],
+                *self.answer_headers,
+                (b"x-request-id", self.request_id.encode()),
+            ]
             self.status = message["status"]
         await self._send(message)
 

@@ -137,6 +137,8 @@ GUARDRAILS_KNOWN = frozenset(
         "GUARDRAILS_EXTERNAL_TIMEOUT",
     }
 )
+# Tenants (edgegw.keyfile, edgegw.tenants); the OIDC claim acts only with AUTH_ENABLED.
+TENANTS_KNOWN = frozenset({"TENANTS_DEFAULT", "TENANTS_OIDC_CLAIM"})
 # The routing variables (edgegw.routing.config); the path acts only with ROUTING_ENABLED.
 ROUTING = frozenset({"ROUTING_ENABLED", "ROUTING_CONFIG_PATH"})
 # Every EDGEGW_* variable edgegw reads.
@@ -221,6 +223,7 @@ KNOWN: frozenset[str] = (
     | MCP_KNOWN
     | GUARDRAILS_KNOWN
     | ROUTING
+    | TENANTS_KNOWN
     | ENVIRONMENT_ONLY
 )
 # What edgegw names as not read, by exact name.
@@ -243,6 +246,7 @@ PREFIXES = (
     "MCP_",
     "GUARDRAILS_",
     "ROUTING_",
+    "TENANTS_",
     "A2A_",
     "ENABLE_",
     "DEBUG_",
@@ -417,6 +421,7 @@ _GATES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("ROUTING_", "ROUTING_ENABLED", frozenset({"ROUTING_ENABLED"})),
     ("GUARDRAILS_", "GUARDRAILS_ENABLED", frozenset({"GUARDRAILS_ENABLED"})),
     ("AUTH_", "AUTH_ENABLED", frozenset({"AUTH_ENABLED"})),
+    ("TENANTS_OIDC_", "AUTH_ENABLED", frozenset()),
 )
 
 

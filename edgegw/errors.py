@@ -70,6 +70,12 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "token_expired": (401, "authentication_error"),
     "token_not_yet_valid": (401, "authentication_error"),
     "model_not_allowed": (403, "permission_error"),
+    # -- the caller's tenant (edgegw.keyfile, edgegw.tenants): a key past its `expires`, a
+    # model outside the tenant's or key's scope, a limit reached (OpenAI's code and type)
+    "key_expired": (401, "authentication_error"),
+    "model_not_in_scope": (403, "permission_error"),
+    "rate_limit_exceeded": (429, "requests"),
+    "concurrency_limit_exceeded": (429, "requests"),
     # -- what the guardrails decided (edgegw.guardrails.check): a policy's block, and a
     # check that could not decide under GUARDRAILS_FAIL_MODE=closed (the reference's 403)
     "guardrails_blocked": (403, "permission_error"),

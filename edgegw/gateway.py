@@ -19,6 +19,7 @@ from edgegw.retry import RetryPolicy
 from edgegw.routing.router import Router
 from edgegw.settings import Settings, SettingsError
 from edgegw.telemetry.recording import Telemetry
+from edgegw.tenants.admission import Tenancy
 from edgegw.upstream import UpstreamPool
 
 if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
@@ -54,6 +55,8 @@ class Gateway:
     intake: Intake
     # Bearer-token verification when AUTH_ENABLED (started by serve()); None otherwise.
     client_keys: ClientKeys
+    # The tenants' limits in this process (edgegw.tenants), checked by each route.
+    tenancy: Tenancy
     verifier: OidcVerifier | None = None
     # The MCP servers' client when MCP_ENABLED (started by serve()); None otherwise.
     mcp: McpClient | None = None
@@ -104,6 +107,7 @@ def build_gateway(
             settings.max_bodies, settings.max_bodies_per_client, settings.max_body_bytes_in_progress
         ),
         client_keys=ClientKeys(settings),
+        tenancy=Tenancy(),
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
         router=None if settings.routing is None else Router(settings.routing, telemetry, retry),

@@ -12,7 +12,8 @@ every line, repeats of the same warning rate-limited, and one access-log line pe
   REPEAT_INTERVAL_S; the next line after the interval says how many were held back. An
   upstream that fails every request therefore logs one line a minute, not one per request.
 - The access line (logger `edgegw.access`, INFO; DEBUG for /health): method, route, status, duration, time to
-  first token of a stream, provider, model, request id, client address.
+  first token of a stream, provider, model, request id, client address, and the caller's
+  tenant and key name (edgegw.keyfile: a name, never the key).
 """
 
 from __future__ import annotations
@@ -171,9 +172,12 @@ def access_line(call: Call, duration_s: float) -> None:
     ttft_s = None if result is None else result.ttft_s
     ttft_ms = None if ttft_s is None else round(ttft_s * 1000, 1)
     duration_ms = round(duration_s * 1000, 1)
+    caller = call.caller
+    tenant = None if caller is None else caller.tenant.name
+    key = None if caller is None else caller.key.name
     access_log.log(
         level,
-        "%s %s %d %.1fms ttft=%s provider=%s model=%s id=%s client=%s",
+        "%s %s %d %.1fms ttft=%s provider=%s model=%s id=%s client=%s tenant=%s key=%s",
         call.method,
         call.path,
         status,
@@ -183,6 +187,8 @@ def access_line(call: Call, duration_s: float) -> None:
         "-" if result is None else repr(result.model[:200]),
         call.request_id,
         address,
+        tenant or "-",
+        key or "-",
         extra=None
         if not _fields
         else {
@@ -195,5 +201,7 @@ def access_line(call: Call, duration_s: float) -> None:
             "model": None if result is None else result.model,
             "request_id": call.request_id,
             "client": address,
+            "tenant": tenant,
+            "key": key,
         },
     )

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from edgegw import envcheck, grammar
 from edgegw.guardrails.settings import GuardrailsSettings, GuardrailsSettingsError
 from edgegw.http1.limits import DEFAULT_LIMITS, SETTABLE
+from edgegw.keyfile import DEFAULT_TENANT, NAME, KeyFile, KeyFileError, parse_key_file
 from edgegw.local.profiles import LocalModel, ProfileError, load_local_models, parse_gpu_aliases
 from edgegw.mcp.settings import McpSettings, McpSettingsError
 from edgegw.providers import PROVIDERS, ProviderConfig
@@ -58,6 +59,14 @@ class Settings:
     gpu_aliases: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     # Client keys for edgegw itself; empty means no client auth.
     api_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    # The keys with their tenants (edgegw.keyfile): the plain keys above, the key file's
+    # tenants and hashed keys.
+    key_file: KeyFile = field(default_factory=KeyFile, repr=False)
+    # TENANTS_DEFAULT: the tenant of plain keys, of OIDC callers no claim maps, and of
+    # requests without client authentication.
+    tenants_default: str = DEFAULT_TENANT
+    # TENANTS_OIDC_CLAIM: the token claim naming an OIDC caller's tenant (None: the default).
+    tenants_oidc_claim: str | None = None
     # Where some of them came from: EDGEGW_API_KEYS_FILE (re-read when it changes, see
     # edgegw.auth.client_keys), and the keys of EDGEGW_API_KEYS, which a re-read keeps.
     api_keys_file: str | None = None
@@ -464,20 +473,29 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
             raise SettingsError("LOG_LEVEL: expected one of DEBUG, INFO, WARNING, ERROR")
         kw["log_level"] = level
 
+    if v := env.get("TENANTS_DEFAULT", "").strip():
+        if not NAME.fullmatch(v):
+            raise SettingsError("TENANTS_DEFAULT: a name is letters, digits and ._@- (64 at most)")
+        kw["tenants_default"] = v
+    if v := env.get("TENANTS_OIDC_CLAIM", "").strip():
+        if not v.isprintable():
+            raise SettingsError("TENANTS_OIDC_CLAIM: must be printable")
+        kw["tenants_oidc_claim"] = v
     fixed: tuple[bytes, ...] = ()
     if v := env.get("EDGEGW_API_KEYS"):
         fixed = check_keys("EDGEGW_API_KEYS", [k.strip() for k in v.split(",") if k.strip()])
-    from_file: tuple[bytes, ...] = ()
+    text = ""
     if v := env.get("EDGEGW_API_KEYS_FILE"):
         try:
             text = Path(v).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             reason = getattr(e, "strerror", None) or "not UTF-8"
             raise SettingsError(f"EDGEGW_API_KEYS_FILE: cannot read ({reason})") from None
-        from_file = key_file_keys(text)
         kw["api_keys_file"] = v
+    key_file = read_key_file(text, fixed, str(kw.get("tenants_default", DEFAULT_TENANT)))
     kw["api_keys_fixed"] = fixed
-    kw["api_keys"] = tuple(dict.fromkeys(fixed + from_file))
+    kw["api_keys"] = key_file.plain
+    kw["key_file"] = key_file
 
     _tls(env, kw)
     try:
@@ -569,12 +587,12 @@ def _tls(env: Mapping[str, str], kw: dict[str, object]) -> None:
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
 
 
-def key_file_keys(text: str) -> tuple[bytes, ...]:
-    """The keys of an EDGEGW_API_KEYS_FILE: one per line; blank lines and # comments skipped."""
-    lines = [line.strip() for line in text.splitlines()]
-    return check_keys(
-        "EDGEGW_API_KEYS_FILE", [line for line in lines if line and not line.startswith("#")]
-    )
+def read_key_file(text: str, fixed: tuple[bytes, ...], default_tenant: str) -> KeyFile:
+    """EDGEGW_API_KEYS_FILE's text (edgegw.keyfile) with EDGEGW_API_KEYS as `fixed`."""
+    try:
+        return parse_key_file(text, fixed=fixed, default_tenant=default_tenant)
+    except KeyFileError as e:
+        raise SettingsError(str(e)) from None
 
 
 def check_keys(var: str, keys: list[str]) -> tuple[bytes, ...]:

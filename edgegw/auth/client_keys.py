@@ -1,5 +1,10 @@
-"""Client API keys (EDGEGW_API_KEYS, EDGEGW_API_KEYS_FILE), with the file re-read while
-the gateway runs: when it changes (checked every FILE_POLL_S) or at once on SIGHUP.
+"""Client API keys (EDGEGW_API_KEYS, EDGEGW_API_KEYS_FILE, with its tenants: edgegw.keyfile),
+with the file re-read while the gateway runs: when it changes (checked every FILE_POLL_S) or
+at once on SIGHUP; and who a request comes from (`Caller`): a key's tenant, an OIDC caller's
+tenant through TENANTS_OIDC_CLAIM, or the default tenant.
+
+A presented key is found by its SHA-256 (keys are held only as hashes): a dict lookup whose
+timing can tell at most something of a hash, never of a key.
 
 A re-read swaps the whole key set in one assignment, so a request sees the old set or the
 new one, never a mix, and no request waits for it. A file that cannot be read or holds a bad
@@ -9,14 +14,17 @@ while keys were required: client authentication never switches itself off.
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 import signal
+import time
+from typing import Any
 
 import trio
 
-from edgegw.settings import Settings, SettingsError, key_file_keys
+from edgegw.errors import fail
+from edgegw.keyfile import Caller, Key, KeyFile, caller_of, digest
+from edgegw.settings import Settings, SettingsError, read_key_file
 
 log = logging.getLogger("edgegw.auth")
 
@@ -24,27 +32,71 @@ log = logging.getLogger("edgegw.auth")
 FILE_POLL_S = 1.0
 
 
+# The key name of callers without a key of their own, in logs and metrics.
+OIDC_KEY = "oidc"
+ANONYMOUS_KEY = "-"
+
+
 class ClientKeys:
-    __slots__ = ("current", "_fixed", "_path", "_seen")
+    __slots__ = ("current", "_fixed", "_path", "_seen", "_default", "_claim")
 
     def __init__(self, settings: Settings) -> None:
-        self.current: tuple[bytes, ...] = settings.api_keys
+        self.current: KeyFile = settings.key_file
         self._fixed = settings.api_keys_fixed
         self._path = settings.api_keys_file
         self._seen = _identity(self._path) if self._path else None
+        self._default = settings.tenants_default
+        self._claim = (
+            None if settings.tenants_oidc_claim is None else settings.tenants_oidc_claim.split(".")
+        )
 
     @property
     def required(self) -> bool:
-        return bool(self.current)
+        return bool(self.current.keys)
 
     def accepts(self, presented: bytes | None) -> bool:
+        return self.caller(presented) is not None
+
+    def caller(self, presented: bytes | None) -> Caller | None:
+        """The caller of key `presented`; None for no key or an unknown one; a key or a
+        tenant past its expiry is refused (401 `key_expired`)."""
         if not presented:
-            return False
-        ok = False
-        # Compare against every key, whatever matched, so timing tells nothing.
-        for key in self.current:
-            ok |= hmac.compare_digest(presented, key)
-        return ok
+            return None
+        key_file = self.current
+        key = key_file.keys.get(digest(presented))
+        if key is None:
+            return None
+        caller = caller_of(key_file, key)
+        now = time.time()
+        for expires in (key.expires, caller.tenant.expires):
+            if expires is not None and expires <= now:
+                raise fail(
+                    "key_expired",
+                    "This API key has expired.",
+                    headers=((b"www-authenticate", b"Bearer"),),
+                )
+        return caller
+
+    def oidc_caller(self, claims: dict[str, Any]) -> Caller:
+        """An OIDC caller's tenant: the first value of TENANTS_OIDC_CLAIM (a dotted path,
+        a string or a list of strings) that names a tenant, else the default tenant."""
+        key_file = self.current
+        tenant = self._default
+        if self._claim is not None:
+            value: Any = claims
+            for part in self._claim:
+                value = value.get(part) if isinstance(value, dict) else None
+            for name in (
+                [value] if isinstance(value, str) else value if isinstance(value, list) else ()
+            ):
+                if isinstance(name, str) and name in key_file.tenants:
+                    tenant = name
+                    break
+        return caller_of(key_file, Key(tenant, OIDC_KEY))
+
+    def anonymous(self) -> Caller:
+        """The caller of a request without client authentication: the default tenant."""
+        return caller_of(self.current, Key(self._default, ANONYMOUS_KEY))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Re-read the key file when it changes or on SIGHUP, until cancelled."""
@@ -70,20 +122,26 @@ class ClientKeys:
         self._seen = _identity(self._path)
         try:
             text = await trio.Path(self._path).read_text(encoding="utf-8")
-            from_file = key_file_keys(text)
-        except (OSError, UnicodeDecodeError, SettingsError) as e:
+            key_file = read_key_file(text, self._fixed, self._default)
+        except (OSError, UnicodeDecodeError) as e:
             log.warning(
                 "EDGEGW_API_KEYS_FILE: not re-read (%s); the keys in force stay",
                 getattr(e, "strerror", None) or type(e).__name__,
             )
             return
-        keys = tuple(dict.fromkeys(self._fixed + from_file))
-        if not keys:
+        except SettingsError as e:  # names the line, never a key
+            log.warning("%s; the keys in force stay", e)
+            return
+        if not key_file.keys:
             log.warning("EDGEGW_API_KEYS_FILE: holds no key now; the keys in force stay")
             return
-        if keys != self.current:
-            self.current = keys
-            log.info("EDGEGW_API_KEYS_FILE re-read: %d client key(s)", len(keys))
+        if key_file != self.current:
+            self.current = key_file
+            log.info(
+                "EDGEGW_API_KEYS_FILE re-read: %d client key(s), %d tenant(s)",
+                len(key_file.keys),
+                len(key_file.tenants),
+            )
 
 
 def _identity(path: str | None) -> tuple[int, int, int] | None:

@@ -55,6 +55,8 @@ class LocalRequest:
     machine_profile: str | None
     # Affinity key (`routing_key`, else `prompt_cache_key`).
     key: str | None
+    # The prompt's tokens as the profile's tokenizer counts them (None without one).
+    prompt_tokens: int | None = None
 
 
 def check_request(
@@ -93,7 +95,7 @@ def check_request(
     if chat:
         _check_images(doc, rt)
     _check_logit_bias(doc, rt)
-    _check_context(doc, rt, cap, chat)
+    prompt_tokens = _check_context(doc, rt, cap, chat)
     key = doc.get("routing_key") or doc.get("prompt_cache_key")
     return LocalRequest(
         doc=doc,
@@ -102,6 +104,7 @@ def check_request(
         pool=pool,
         machine_profile=machine,
         key=key if isinstance(key, str) else None,
+        prompt_tokens=prompt_tokens,
     )
 
 
@@ -309,11 +312,13 @@ def _tokenizer_vocab(rt: LocalRuntime) -> int | None:
     return tok.get_vocab_size() if tok is not None else None
 
 
-def _check_context(doc: dict[str, Any], rt: LocalRuntime, cap: int, chat: bool) -> None:
+def _check_context(doc: dict[str, Any], rt: LocalRuntime, cap: int, chat: bool) -> int | None:
+    """The prompt's tokens, counted with the profile's tokenizer (None without one), within
+    the context window with the output cap."""
     window = rt.context_window
     tok = rt.tokenizer
-    if not window or tok is None:
-        return
+    if tok is None:
+        return None
     if chat:
         texts = []
         for message in doc.get("messages") or ():
@@ -330,9 +335,10 @@ def _check_context(doc: dict[str, Any], rt: LocalRuntime, cap: int, chat: bool) 
         prompt = doc["prompt"]  # required by the core's completions rules
         text = prompt if isinstance(prompt, str) else prompt[0]
         prompt_tokens = len(tok.encode(text, add_special_tokens=False).ids)
-    if prompt_tokens + cap > window:
+    if window and prompt_tokens + cap > window:
         raise fail(
             "context_length_exceeded",
             f"the prompt ({prompt_tokens} tokens) and the output cap ({cap}) exceed the context window ({window})",
             param="messages" if chat else "prompt",
         )
+    return prompt_tokens

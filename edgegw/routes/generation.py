@@ -6,6 +6,8 @@
   decide where it goes (`_decide`, before anything is sent, the `route` span): a routing
          alias (`Routed`), a local model checked by the SIE contract with the remote
          fallback it may take (`ServedLocally`), or a remote provider (`ServedRemotely`);
+  admit  the caller's tenant checks the plan's model against its scope and charges its
+         limits (`rec.admit`, edgegw.tenants; 403 / 429);
   do     the plan once (`_do`): an alias's deployments as its router hands them out, each
          as if named (X-Selected-* headers); a local model's workers, and with none able to
          serve the profile's `remote_fallback` when its triggers list the reason (SIE's
@@ -67,6 +69,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             if forwarded is not body:
                 req = parse(forwarded)
         plan = _decide_traced(gw, call, req)
+        rec.admit(_scoped(plan, req), _prompt_tokens(plan, body), _max_tokens(gw, req))
         rec.outcome = await _do(gw, call, req, plan, guard_headers, rec)
 
 
@@ -161,6 +164,29 @@ def _decide(gw: Gateway, call: Call, req: ParsedRequest) -> Plan:
     provider = target.target.provider.id
     # A local model's remote profile, named: served remotely, no fallback reason.
     return ServedRemotely(target, local_fallback.served_remotely(provider, None) if named else ())
+
+
+def _scoped(plan: Plan, req: ParsedRequest) -> str:
+    """The name a tenant's model scope judges: the alias, the local model, or
+    `provider/model`."""
+    if isinstance(plan, ServedRemotely):
+        return f"{plan.remote.target.provider.id}/{plan.remote.model}"
+    if isinstance(plan, ServedLocally):
+        return plan.rt.profile.name
+    return req.model
+
+
+def _prompt_tokens(plan: Plan, body: bytes) -> int:
+    """The prompt's tokens for the tenant's estimate: a local model's tokenizer's count,
+    else the body's length in bytes (a token is at least a byte of the prompt's text)."""
+    if isinstance(plan, ServedLocally) and plan.lreq.prompt_tokens is not None:
+        return plan.lreq.prompt_tokens
+    return len(body)
+
+
+def _max_tokens(gw: Gateway, req: ParsedRequest) -> int:
+    """The answer's token bound for the tenant's estimate (settled with the usage)."""
+    return (req.max_tokens or gw.settings.default_max_tokens) * max(1, req.n, req.best_of or 1)
 
 
 # -- do: one execution of the plan ---------------------------------------------------------

@@ -1,6 +1,7 @@
 """What a generation route records once its request has ended, whatever its API: the
 access log's provider and status, the WARNING of a failed stream, the GenAI span
-attributes and the metrics. Chat, completions, Messages and Responses all end here."""
+attributes and the metrics, and the tenant's limits settled with the usage. Chat,
+completions, Messages and Responses all end here."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from edgegw.answer import Outcome
 from edgegw.asgi import Call, Result
 from edgegw.errors import GatewayError
 from edgegw.gateway import Gateway
+from edgegw.tenants.admission import Ticket
 
 log = logging.getLogger("edgegw.app")
 
@@ -26,9 +28,22 @@ class Recording:
     """`with Recording(...) as rec:` around a generation request's work, which sets
     `rec.provider` once it knows it and `rec.outcome` once its exchange returns. On the way
     out, whatever ended it, the request is recorded once with the status the client got:
-    the outcome's (499 when the client went away), an error's own, 500 for anything else."""
+    the outcome's (499 when the client went away), an error's own, 500 for anything else.
 
-    __slots__ = ("gw", "call", "model", "operation", "stream", "started", "provider", "outcome")
+    `rec.admit(...)`, once the target is known, is the caller's tenant check (scope and
+    limits, edgegw.tenants); its ticket is settled here with the usage, whatever ended it."""
+
+    __slots__ = (
+        "gw",
+        "call",
+        "model",
+        "operation",
+        "stream",
+        "started",
+        "provider",
+        "outcome",
+        "ticket",
+    )
 
     def __init__(self, gw: Gateway, call: Call, model: str, operation: str, stream: bool) -> None:
         self.gw, self.call, self.model = gw, call, model
@@ -36,6 +51,16 @@ class Recording:
         self.started = trio.current_time()
         self.provider = "unknown"
         self.outcome: Outcome | None = None
+        self.ticket: Ticket | None = None
+
+    def admit(self, model: str, prompt_tokens: int, max_tokens: int) -> None:
+        """The caller's tenant admits a request for `model` (`provider/model`, a local
+        model's or an alias's name) of at most `prompt_tokens` + `max_tokens`, or raises
+        its refusal (403 / 429); its rate-limit headers go on every answer."""
+        call = self.call
+        caller = call.caller or self.gw.client_keys.anonymous()
+        self.ticket = self.gw.tenancy.admit(caller, model, prompt_tokens, max_tokens)
+        call.answer_headers += self.ticket.headers
 
     def __enter__(self) -> Recording:
         return self
@@ -47,6 +72,8 @@ class Recording:
         tb: TracebackType | None,
     ) -> None:
         provider, model, outcome = self.provider, self.model, self.outcome
+        if self.ticket is not None:
+            self.ticket.settle(outcome if exc is None else None)
         if exc is None and outcome is not None:
             status = CLIENT_CLOSED if outcome.client_gone else outcome.status
             if outcome.client_gone:
