@@ -63,6 +63,8 @@ class Result:
     model: str
     status: int
     ttft_s: float | None = None
+    # What it cost (USD, edgegw.tenants.pricing), when its model has a price.
+    cost_usd: str | None = None
 
 
 class Call:
@@ -85,6 +87,7 @@ class Call:
         "identity",
         "caller",
         "answer_headers",
+        "priced",
         "errors",
     )
 
@@ -120,6 +123,9 @@ class Call:
         self.caller: Caller | None = None
         # Headers every answer head gets (the tenant's rate-limit headers, edgegw.tenants).
         self.answer_headers: list[tuple[bytes, bytes]] = []
+        # A whole answer's headers from its usage (its cost), added by the relay that
+        # reads the usage before the head goes (edgegw.exchange.forward).
+        self.priced: Callable[[dict[str, Any]], Headers] | None = None
         # How errors edgegw raises are written: the route's API's shape (app.py sets it).
         self.errors = OPENAI_SHAPE
 
@@ -136,7 +142,7 @@ class Call:
         other.request_id, other.client_request_id = self.request_id, self.client_request_id
         other.status = None
         other.trace, other.result, other.identity = self.trace, self.result, self.identity
-        other.caller, other.answer_headers = self.caller, []
+        other.caller, other.answer_headers, other.priced = self.caller, [], None
         other.trace_context, other.trace_content = self.trace_context, self.trace_content
         other.errors = self.errors
         return other

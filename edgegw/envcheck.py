@@ -138,7 +138,9 @@ GUARDRAILS_KNOWN = frozenset(
     }
 )
 # Tenants (edgegw.keyfile, edgegw.tenants); the OIDC claim acts only with AUTH_ENABLED.
-TENANTS_KNOWN = frozenset({"TENANTS_DEFAULT", "TENANTS_OIDC_CLAIM"})
+TENANTS_KNOWN = frozenset(
+    {"TENANTS_DEFAULT", "TENANTS_OIDC_CLAIM", "TENANTS_STORE_PATH", "MODEL_PRICES"}
+)
 # The routing variables (edgegw.routing.config); the path acts only with ROUTING_ENABLED.
 ROUTING = frozenset({"ROUTING_ENABLED", "ROUTING_CONFIG_PATH"})
 # Every EDGEGW_* variable edgegw reads.

@@ -76,6 +76,7 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "model_not_in_scope": (403, "permission_error"),
     "rate_limit_exceeded": (429, "requests"),
     "concurrency_limit_exceeded": (429, "requests"),
+    "insufficient_quota": (429, "insufficient_quota"),
     # -- what the guardrails decided (edgegw.guardrails.check): a policy's block, and a
     # check that could not decide under GUARDRAILS_FAIL_MODE=closed (the reference's 403)
     "guardrails_blocked": (403, "permission_error"),

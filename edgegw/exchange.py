@@ -256,6 +256,8 @@ class Exchanges:
             if raw_errors and resp.status in (429, 503) and (retry := resp.header(b"retry-after")):
                 headers.append((b"retry-after", retry))
             headers += response_headers
+            if call.priced is not None and outcome.usage:
+                headers += call.priced(outcome.usage)
             await call.respond(resp.status, headers, payload)
             return outcome
         finally:

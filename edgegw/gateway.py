@@ -3,6 +3,7 @@ route. Nothing in it belongs to one request."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,8 @@ from edgegw.routing.router import Router
 from edgegw.settings import Settings, SettingsError
 from edgegw.telemetry.recording import Telemetry
 from edgegw.tenants.admission import Tenancy
+from edgegw.tenants.budgets import Usage, store_path
+from edgegw.tenants.pricing import Prices
 from edgegw.upstream import UpstreamPool
 
 if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
@@ -86,6 +89,10 @@ def build_gateway(
         max_retry_after_s=settings.retry_max_retry_after_s,
         deadline_s=settings.retry_deadline_s,
     )
+    catalog = ModelCatalog(settings, pool, targets)
+    prices = Prices(
+        settings.model_prices, lambda model: catalog.community.find_loaded(model, "pricing")
+    )
     return Gateway(
         settings=settings,
         exchanges=Exchanges(
@@ -99,7 +106,7 @@ def build_gateway(
         ),
         resolver=Resolver(settings, targets, fleet.models),
         fleet=fleet,
-        catalog=ModelCatalog(settings, pool, targets),
+        catalog=catalog,
         telemetry=telemetry,
         sdk_versions=SdkVersionLog(),
         load=Load(),
@@ -107,7 +114,7 @@ def build_gateway(
             settings.max_bodies, settings.max_bodies_per_client, settings.max_body_bytes_in_progress
         ),
         client_keys=ClientKeys(settings),
-        tenancy=Tenancy(),
+        tenancy=Tenancy(Usage(store_path(settings), time.time), prices),
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
         router=None if settings.routing is None else Router(settings.routing, telemetry, retry),

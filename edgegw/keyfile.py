@@ -4,11 +4,11 @@ One entry per line; blank lines and `#` comments are skipped:
 
     sk-a-plain-key                                  a key of the default tenant (as before)
     tenant team-a models=openai/*,fast rpm=60 tpm=40000 concurrency=4 expires=2027-01-01
-    key ci tenant=team-a sha256=<64 hex digits> rpm=10 expires=2026-12-31T18:00:00Z
+    key ci tenant=team-a sha256=<64 hex digits> rpm=10 budget_usd=5/day budget_tokens=1e6/month
 
-A `tenant` line names a tenant and its optional model scope, expiry and limits; a `key`
-line names a key of a tenant, stored as the SHA-256 of the key (hex), never the key, with
-its own optional scope, expiry and limits. The parse is all or nothing: a bad line raises
+A `tenant` line names a tenant and its optional model scope, expiry, limits and budgets; a
+`key` line names a key of a tenant, stored as the SHA-256 of the key (hex), never the key,
+with its own optional scope, expiry, limits and budgets. The parse is all or nothing: a bad line raises
 KeyFileError naming its number, and the caller keeps what it had (or refuses the start).
 
 A line-oriented grammar rather than YAML: a line per key is what the plain format already
@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 
 # Tenant and key names: what the access log, the metrics and the store show.
@@ -53,6 +54,21 @@ class Limits:
 
 NO_LIMITS = Limits()
 
+# Budget periods: calendar ones, in UTC (edgegw.tenants.budgets).
+PERIODS = ("day", "week", "month")
+# Money is counted in billionths of a US dollar: whole numbers, exact, and a cheap model's
+# per-token price (a few 1e-8 USD) is still many units.
+NANO_USD = Decimal(10) ** 9
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """At most `limit` per calendar `period`: tokens, or money in nano-USD."""
+
+    unit: str  # "tokens" or "usd"
+    limit: int
+    period: str
+
 
 @dataclass(frozen=True, slots=True)
 class Scope:
@@ -74,6 +90,7 @@ class Tenant:
     scope: Scope = Scope()
     expires: float | None = None  # Unix time; None: never
     limits: Limits = NO_LIMITS
+    budgets: tuple[Budget, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +103,7 @@ class Key:
     scope: Scope = Scope()
     expires: float | None = None
     limits: Limits = NO_LIMITS
+    budgets: tuple[Budget, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +118,12 @@ class KeyFile:
     @property
     def has_tenants(self) -> bool:
         return bool(self.tenants)
+
+    @property
+    def has_budgets(self) -> bool:
+        return any(t.budgets for t in self.tenants.values()) or any(
+            k.budgets for k in self.keys.values()
+        )
 
 
 def digest(key: bytes) -> bytes:
@@ -198,8 +222,11 @@ def _attrs(where: str, words: list[str]) -> dict[str, str]:
     return out
 
 
-def _common(where: str, attrs: dict[str, str]) -> tuple[Scope, float | None, Limits]:
-    """models=, expires=, rpm=, tpm=, concurrency= (taken out of `attrs`)."""
+def _common(
+    where: str, attrs: dict[str, str]
+) -> tuple[Scope, float | None, Limits, tuple[Budget, ...]]:
+    """models=, expires=, rpm=, tpm=, concurrency=, budget_tokens=, budget_usd= (taken out
+    of `attrs`)."""
     scope = Scope()
     if (models := attrs.pop("models", None)) is not None:
         scope = Scope(tuple(p.strip().lower() for p in models.split(",") if p.strip()))
@@ -212,12 +239,38 @@ def _common(where: str, attrs: dict[str, str]) -> tuple[Scope, float | None, Lim
             if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
                 raise KeyFileError(f"{where}: {name}= takes a whole number from 1")
             limits[name] = int(value)
-    return scope, expires, Limits(**limits)
+    budgets = []
+    for unit in ("tokens", "usd"):
+        if (value := attrs.pop(f"budget_{unit}", None)) is not None:
+            budgets.append(_budget(where, unit, value))
+    return scope, expires, Limits(**limits), tuple(budgets)
+
+
+def _budget(where: str, unit: str, text: str) -> Budget:
+    """`<amount>/<period>`: tokens a whole number (1e6 allowed), money in USD."""
+    amount, _, period = text.partition("/")
+    if period not in PERIODS:
+        raise KeyFileError(f"{where}: budget_{unit}= takes <amount>/day, /week or /month")
+    try:
+        value = Decimal(amount)
+    except InvalidOperation:
+        value = Decimal(-1)
+    if unit == "usd":
+        value *= NANO_USD
+    if not value.is_finite() or value <= 0 or value != value.to_integral_value() or value > 2**62:
+        raise KeyFileError(
+            f"{where}: budget_{unit}= takes a positive amount "
+            + ("(USD, to the nano-dollar)" if unit == "usd" else "(whole tokens)")
+        )
+    return Budget(unit, int(value), period)
 
 
 def _no_more(where: str, attrs: dict[str, str]) -> None:
     if attrs:
-        known = "models, expires, rpm, tpm, concurrency (and tenant, sha256 for a key)"
+        known = (
+            "models, expires, rpm, tpm, concurrency, budget_tokens, budget_usd "
+            "(and tenant, sha256 for a key)"
+        )
         raise KeyFileError(f"{where}: an attribute is not one of {known}")
 
 

@@ -13,7 +13,7 @@ every line, repeats of the same warning rate-limited, and one access-log line pe
   upstream that fails every request therefore logs one line a minute, not one per request.
 - The access line (logger `edgegw.access`, INFO; DEBUG for /health): method, route, status, duration, time to
   first token of a stream, provider, model, request id, client address, and the caller's
-  tenant and key name (edgegw.keyfile: a name, never the key).
+  tenant and key name (edgegw.keyfile: a name, never the key) and the request's cost in USD.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def access_line(call: Call, duration_s: float) -> None:
     key = None if caller is None else caller.key.name
     access_log.log(
         level,
-        "%s %s %d %.1fms ttft=%s provider=%s model=%s id=%s client=%s tenant=%s key=%s",
+        "%s %s %d %.1fms ttft=%s provider=%s model=%s id=%s client=%s tenant=%s key=%s cost=%s",
         call.method,
         call.path,
         status,
@@ -189,6 +189,7 @@ def access_line(call: Call, duration_s: float) -> None:
         address,
         tenant or "-",
         key or "-",
+        "-" if result is None or result.cost_usd is None else result.cost_usd,
         extra=None
         if not _fields
         else {
@@ -203,5 +204,6 @@ def access_line(call: Call, duration_s: float) -> None:
             "client": address,
             "tenant": tenant,
             "key": key,
+            "cost_usd": None if result is None else result.cost_usd,
         },
     )

@@ -94,6 +94,10 @@ async def serve(
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
             await nursery.start(gw.client_keys.run)
+            # The tenants' usage file (budgets survive a restart); unusable, the start stops.
+            await nursery.start(gw.tenancy.usage.run)
+            if settings.key_file.has_tenants:  # prices for the tenants' costs, off the start
+                nursery.start_soon(gw.catalog.community.ready)
             if gw.verifier is not None:  # OIDC discovery and keys; an unusable issuer stops here
                 await nursery.start(gw.verifier.run)
             if settings.local_models:

@@ -21,6 +21,7 @@ import re
 import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from types import MappingProxyType
 from urllib.parse import urlsplit
@@ -67,6 +68,13 @@ class Settings:
     tenants_default: str = DEFAULT_TENANT
     # TENANTS_OIDC_CLAIM: the token claim naming an OIDC caller's tenant (None: the default).
     tenants_oidc_claim: str | None = None
+    # TENANTS_STORE_PATH: the SQLite file of the tenants' usage (budgets survive a restart);
+    # None: tenants.sqlite3 in edgegw's data directory (edgegw.tenants.budgets).
+    tenants_store_path: str | None = None
+    # MODEL_PRICES: USD per token (input, output) by model, over the community table's.
+    model_prices: Mapping[str, tuple[Decimal, Decimal]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     # Where some of them came from: EDGEGW_API_KEYS_FILE (re-read when it changes, see
     # edgegw.auth.client_keys), and the keys of EDGEGW_API_KEYS, which a re-read keeps.
     api_keys_file: str | None = None
@@ -481,6 +489,10 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         if not v.isprintable():
             raise SettingsError("TENANTS_OIDC_CLAIM: must be printable")
         kw["tenants_oidc_claim"] = v
+    if v := env.get("TENANTS_STORE_PATH", "").strip():
+        kw["tenants_store_path"] = v
+    if v := env.get("MODEL_PRICES", "").strip():
+        kw["model_prices"] = parse_prices(v)
     fixed: tuple[bytes, ...] = ()
     if v := env.get("EDGEGW_API_KEYS"):
         fixed = check_keys("EDGEGW_API_KEYS", [k.strip() for k in v.split(",") if k.strip()])
@@ -585,6 +597,27 @@ def _tls(env: Mapping[str, str], kw: dict[str, object]) -> None:
 
 
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+
+
+def parse_prices(text: str) -> Mapping[str, tuple[Decimal, Decimal]]:
+    """MODEL_PRICES: `model=input:output,...`, USD per million tokens -> per token."""
+    out: dict[str, tuple[Decimal, Decimal]] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        model, _, rates = item.strip().rpartition("=")
+        given, sep, taken = rates.partition(":")
+        try:
+            prices = (Decimal(given), Decimal(taken))
+        except InvalidOperation:
+            prices = (Decimal(-1), Decimal(-1))
+        if not model or not sep or not all(p.is_finite() and p >= 0 for p in prices):
+            raise SettingsError(
+                "MODEL_PRICES: expected model=input:output (USD per million tokens), "
+                "comma separated"
+            )
+        out[model.strip().lower()] = (prices[0].scaleb(-6), prices[1].scaleb(-6))
+    return MappingProxyType(out)
 
 
 def read_key_file(text: str, fixed: tuple[bytes, ...], default_tenant: str) -> KeyFile:

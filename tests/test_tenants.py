@@ -67,7 +67,11 @@ async def gateway_with(
 ) -> Gateway:
     keys = tmp_path / "keys"
     keys.write_text(text)
-    return await start_gateway(nursery, upstream_env(mock, EDGEGW_API_KEYS_FILE=str(keys), **env))
+    store = str(tmp_path / "usage.sqlite3")  # not the data directory's
+    return await start_gateway(
+        nursery,
+        upstream_env(mock, EDGEGW_API_KEYS_FILE=str(keys), TENANTS_STORE_PATH=store, **env),
+    )
 
 
 # -- the key file's grammar --------------------------------------------------------------
@@ -194,9 +198,9 @@ async def test_a_hashed_key_admits_its_tenant_within_its_scope(
     assert (await chat(gw, "sk-legacy", chat_body("openai/other"))).status == 200
     assert (await chat(gw, sha("sk-team-a"))).status == 401
     lines = [r.getMessage() for r in caplog.records if r.name == "edgegw.access"]
-    assert lines[0].endswith("tenant=team-a key=ci")
-    assert lines[-2].endswith(f"tenant=default key={plain_key_name(b'sk-legacy')}")
-    assert lines[-1].endswith("tenant=- key=-")
+    assert "tenant=team-a key=ci cost=" in lines[0]
+    assert f"tenant=default key={plain_key_name(b'sk-legacy')} " in lines[-2]
+    assert lines[-1].endswith("tenant=- key=- cost=-")
     assert not any("sk-team-a" in line or "sk-legacy" in line for line in lines)
 
 
@@ -230,6 +234,7 @@ async def test_oidc_callers_map_to_a_tenant_through_a_claim(
     keys.write_text(text)
     env = issuer.env(
         EDGEGW_API_KEYS_FILE=str(keys),
+        TENANTS_STORE_PATH=str(tmp_path / "usage.sqlite3"),
         TENANTS_OIDC_CLAIM="org.teams",
         TENANTS_DEFAULT="fallback",
     )
@@ -494,7 +499,8 @@ async def test_a_local_models_tokenizer_counts_the_prompt_of_the_estimate(
         f"tenant remote-only models=openai/*\nkey r tenant=remote-only sha256={sha('sk-r')}\n"
     )
     profile = profile_yaml([(worker.port, "default", None)], tokenizer="tokenizer.json")
-    gw = await local_gateway(nursery, tmp_path, profile, {"EDGEGW_API_KEYS_FILE": str(keys)})
+    env = {"EDGEGW_API_KEYS_FILE": str(keys), "TENANTS_STORE_PATH": str(tmp_path / "usage.db")}
+    gw = await local_gateway(nursery, tmp_path, profile, env)
     body = orjson.dumps(
         {
             "model": "qwen3-8b",

@@ -212,6 +212,10 @@ class CommunityTable:
                 return value
         return None
 
+    def find_loaded(self, model_id: str, field: str) -> Any:
+        """`find`, answering None until the table is loaded (never loading it)."""
+        return None if self._entries is None else self.find(model_id, field)
+
 
 EMPTY_TABLE = CommunityTable({})
 

@@ -16,6 +16,7 @@ from edgegw.asgi import Call, Result
 from edgegw.errors import GatewayError
 from edgegw.gateway import Gateway
 from edgegw.tenants.admission import Ticket
+from edgegw.tenants.pricing import usd_text
 
 log = logging.getLogger("edgegw.app")
 
@@ -59,8 +60,9 @@ class Recording:
         its refusal (403 / 429); its rate-limit headers go on every answer."""
         call = self.call
         caller = call.caller or self.gw.client_keys.anonymous()
-        self.ticket = self.gw.tenancy.admit(caller, model, prompt_tokens, max_tokens)
-        call.answer_headers += self.ticket.headers
+        self.ticket = ticket = self.gw.tenancy.admit(caller, model, prompt_tokens, max_tokens)
+        call.answer_headers += ticket.headers
+        call.priced = ticket.cost_headers
 
     def __enter__(self) -> Recording:
         return self
@@ -72,8 +74,7 @@ class Recording:
         tb: TracebackType | None,
     ) -> None:
         provider, model, outcome = self.provider, self.model, self.outcome
-        if self.ticket is not None:
-            self.ticket.settle(outcome if exc is None else None)
+        settled = None if self.ticket is None else self.ticket.settle(outcome)
         if exc is None and outcome is not None:
             status = CLIENT_CLOSED if outcome.client_gone else outcome.status
             if outcome.client_gone:
@@ -98,6 +99,7 @@ class Recording:
             outcome=outcome,
             operation=self.operation,
             stream=self.stream,
+            settled=settled,
         )
 
 
@@ -112,16 +114,29 @@ def record(
     outcome: Outcome | None,
     operation: str,
     stream: bool,
+    settled: tuple[int, int | None] | None = None,
 ) -> None:
     """One ended generation request into its record (the access log's), its span and the
-    metrics."""
+    metrics; `settled`: the tokens and cost its tenant was charged."""
     ttft_s = (
         None
         if outcome is None or outcome.first_chunk_at is None
         else outcome.first_chunk_at - started
     )
-    call.result = Result(provider, model, status, ttft_s if stream else None)
+    cost = None if settled is None or settled[1] is None else usd_text(settled[1])
+    call.result = Result(provider, model, status, ttft_s if stream else None, cost)
     trace = call.trace
+    caller = call.caller
+    if settled is not None:
+        tenant = gw.settings.tenants_default if caller is None else caller.tenant.name
+        gw.telemetry.record_tenant(tenant, model, settled[0], settled[1])
+        if trace is not None:
+            attributes: dict[str, object] = {"edgegw.tenant": tenant, "edgegw.tokens": settled[0]}
+            if caller is not None:
+                attributes["edgegw.key"] = caller.key.name
+            if cost is not None:
+                attributes["edgegw.cost_usd"] = float(cost)
+            trace.server.set_attributes(attributes)
     if trace is not None:
         trace.generation(
             operation=operation,

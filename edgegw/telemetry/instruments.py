@@ -49,6 +49,7 @@ DURATION_BUCKETS = tuple(0.01 * 2**k for k in range(14))
 LABEL_ORDER = (
     "source",
     "team",
+    "tenant",
     "gen_ai_operation_name",
     "gen_ai_provider_name",
     "gen_ai_system",

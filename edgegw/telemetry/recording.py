@@ -83,6 +83,21 @@ class Telemetry:
                 "Spans not exported: the export queue was full, or the collector refused them.",
             )
             self.registry.register(self._dropped)
+        # The tenants' requests, tokens and cost by model (edgegw.tenants): the gateway's
+        # own, not pushable.
+        self.tenant_requests = Counter(
+            "edgegw_tenant_requests", "Requests admitted, by tenant and model.", max_series
+        )
+        self.tenant_tokens = Counter(
+            "edgegw_tenant_tokens",
+            "Tokens charged (prompt and completion), by tenant and model.",
+            max_series,
+        )
+        self.tenant_cost = Counter(
+            "edgegw_tenant_cost_usd", "What requests cost in USD, by tenant and model.", max_series
+        )
+        for family in (self.tenant_requests, self.tenant_tokens, self.tenant_cost):
+            self.registry.register(family)
         self._guardrail_keys: dict[tuple[str, str, str, str], Labels] = {}
         self._generation_keys: dict[
             tuple[str, str, str, int], tuple[Labels, Labels, tuple[Labels, Labels]]
@@ -149,6 +164,17 @@ class Telemetry:
                 }
             )
             calls.inc(key)
+
+    def record_tenant(self, tenant: str, model: str, tokens: int, nano_usd: int | None) -> None:
+        """One admitted request of `tenant` on `model`, its tokens and cost charged."""
+        if not self.settings.telemetry_enabled:
+            return
+        key = labels({"tenant": tenant, "gen_ai_request_model": model})
+        self.tenant_requests.inc(key)
+        if tokens:
+            self.tenant_tokens.inc(key, tokens)
+        if nano_usd:
+            self.tenant_cost.inc(key, nano_usd / 1e9)
 
     def _generation_labels(
         self, operation: str, provider: str, model: str, status: int
@@ -285,6 +311,7 @@ class Telemetry:
         `openmetrics` changes nothing one process collects)."""
         self._count_drops()
         families: list[Any] = [*self.instruments.values(), *self.routing.families()]
+        families += [self.tenant_requests, self.tenant_tokens, self.tenant_cost]
         if self._dropped is not None:
             families.append(self._dropped)
         return Snapshot(families)

@@ -1,18 +1,21 @@
-"""A tenant's request admitted or refused, in process: the model scope, then the limits of
-the tenant and of its key (requests per minute, tokens per minute, requests at once), all
-checked before any is charged, so a refusal costs nothing.
+"""A tenant's request admitted or refused, in process: the model scope, the budgets, then
+the limits of the tenant and of its key (requests per minute, tokens per minute, requests
+at once), all checked before any is charged, so a refusal costs nothing.
 
 `Tenancy.admit` returns a `Ticket` (or raises the refusal: 403 `model_not_in_scope`, 429
-`rate_limit_exceeded` / `concurrency_limit_exceeded` with `Retry-After`); the ticket's
-`headers` are OpenAI's x-ratelimit-* of the tightest limit, for every answer of the request;
-`Ticket.settle(outcome)` once the request ended returns the request's slot and corrects the
-token charge from the estimate to the usage the answer reported. The check and the charge
-run with no await between them: under Trio, nothing else runs in between.
+`insufficient_quota` for a spent budget, 429 `rate_limit_exceeded` /
+`concurrency_limit_exceeded`, each with `Retry-After`); the ticket's `headers` are OpenAI's
+x-ratelimit-* of the tightest limit, for every answer of the request; `Ticket.settle(outcome)`
+once the request ended returns the request's slot, corrects the token charge from the
+estimate to the usage the answer reported, and adds its tokens and cost to the budgets'
+usage. The check and the charge run with no await between them: under Trio, nothing else
+runs in between.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,8 +23,10 @@ import trio
 
 from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, Headers, fail
-from edgegw.keyfile import Caller, Limits
+from edgegw.keyfile import Budget, Caller, Limits
+from edgegw.tenants.budgets import Usage, period_end
 from edgegw.tenants.limits import Bucket, duration_text, reset_s, wait_s
+from edgegw.tenants.pricing import Prices, usd_text
 
 # A concurrency refusal cannot know when a slot frees: retry after this.
 CONCURRENCY_RETRY_S = 1
@@ -42,8 +47,17 @@ class Tenancy:
     """This process's tenant counters, by tenant and by key (their limits are read from the
     caller's records at each request, so a re-read key file applies at once)."""
 
-    def __init__(self, clock: Callable[[], float] = trio.current_time) -> None:
-        self._clock = clock
+    def __init__(
+        self,
+        usage: Usage,
+        prices: Prices,
+        clock: Callable[[], float] = trio.current_time,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.usage = usage
+        self.prices = prices
+        self._clock = clock  # the limits' (monotonic; MockClock in tests)
+        self._wall = wall  # the budgets' calendar
         self._holders: dict[tuple[str, ...], _Holder] = {}
 
     def admit(self, caller: Caller, model: str, prompt_tokens: int, max_tokens: int) -> Ticket:
@@ -56,6 +70,9 @@ class Tenancy:
                 param="model",
             )
         tenant, key = caller.tenant, caller.key
+        scopes = (f"t/{tenant.name}", f"k/{tenant.name}/{key.name}")
+        if tenant.budgets or key.budgets:
+            self._check_budgets(scopes, (tenant.budgets, key.budgets))
         limited = [
             (self._holder(("t", tenant.name)), tenant.limits, f"tenant {tenant.name}"),
             (self._holder(("k", tenant.name, key.name)), key.limits, f"key {key.name}"),
@@ -63,7 +80,7 @@ class Tenancy:
         limited = [row for row in limited if row[1]]
         estimate = prompt_tokens + max_tokens
         if not limited:
-            return Ticket([], estimate, prompt_tokens, ())
+            return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
         now = self._clock()
         for holder, limits, _ in limited:
             if limits.rpm is not None:
@@ -82,7 +99,27 @@ class Tenancy:
             if holder.tokens is not None and limits.tpm is not None:
                 holder.tokens.level -= estimate
             holder.active += 1
-        return Ticket([(h, lim) for h, lim, _ in limited], estimate, prompt_tokens, headers)
+        held = [(h, lim) for h, lim, _ in limited]
+        return Ticket(self, model, scopes, held, estimate, prompt_tokens, headers)
+
+    def _check_budgets(
+        self, scopes: tuple[str, str], budgets: tuple[tuple[Budget, ...], tuple[Budget, ...]]
+    ) -> None:
+        """429 `insufficient_quota` (OpenAI's code for a spent quota) when a budget of the
+        tenant or the key is spent, with Retry-After the end of its period."""
+        now = self._wall()
+        for scope, held, who in zip(scopes, budgets, ("tenant", "key"), strict=True):
+            for b in held:
+                if self.usage.spent(scope, b.unit, b.period, now) < b.limit:
+                    continue
+                wait = max(1, math.ceil(period_end(b.period, now) - now))
+                amount = f"{b.limit} tokens" if b.unit == "tokens" else f"{usd_text(b.limit)} USD"
+                raise fail(
+                    "insufficient_quota",
+                    f"The {who}'s budget of {amount} per {b.period} is spent; it renews "
+                    f"at the start of the next {b.period} (UTC).",
+                    headers=((b"retry-after", b"%d" % wait),),
+                )
 
     def _holder(self, name: tuple[str, ...]) -> _Holder:
         holder = self._holders.get(name)
@@ -170,26 +207,46 @@ def _tightest(
 class Ticket:
     """An admitted request's hold on its limits, settled once when it ends."""
 
-    __slots__ = ("_held", "estimate", "prompt_tokens", "headers", "_open")
+    __slots__ = (
+        "_tenancy",
+        "model",
+        "_scopes",
+        "_held",
+        "estimate",
+        "prompt_tokens",
+        "headers",
+        "_open",
+    )
 
     def __init__(
         self,
+        tenancy: Tenancy,
+        model: str,
+        scopes: tuple[str, str],
         held: list[tuple[_Holder, Limits]],
         estimate: int,
         prompt_tokens: int,
         headers: Headers,
     ) -> None:
+        self._tenancy = tenancy
+        self.model = model
+        self._scopes = scopes
         self._held = held
         self.estimate = estimate
         self.prompt_tokens = prompt_tokens
         self.headers = headers
         self._open = True
 
-    def settle(self, outcome: Outcome | None) -> int:
-        """Return the slot and charge the real usage instead of the estimate; the tokens
-        charged."""
+    def cost_headers(self, usage: dict[str, Any]) -> Headers:
+        """`x-edgegw-cost-usd` for an answer's usage, when the model has a price."""
+        nano = self._tenancy.prices.cost_nano(self.model, usage)
+        return () if nano is None else ((b"x-edgegw-cost-usd", usd_text(nano).encode()),)
+
+    def settle(self, outcome: Outcome | None) -> tuple[int, int | None]:
+        """Return the slot, charge the real usage instead of the estimate, and add it to the
+        budgets' usage: (tokens, cost in nano-USD or None without a price)."""
         if not self._open:
-            return 0
+            return 0, None
         self._open = False
         used = used_tokens(outcome, self.prompt_tokens)
         for holder, limits in self._held:
@@ -198,7 +255,16 @@ class Ticket:
                 holder.tokens.level = min(
                     float(limits.tpm), holder.tokens.level + self.estimate - used
                 )
-        return used
+        tenancy = self._tenancy
+        usage = None if outcome is None else outcome.usage
+        if not usage and used:  # no usage reported: priced as what was charged
+            usage = {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": used - self.prompt_tokens,
+            }
+        nano = tenancy.prices.cost_nano(self.model, usage)
+        tenancy.usage.add(self._scopes, used, nano or 0)
+        return used, nano
 
 
 def used_tokens(outcome: Outcome | None, prompt_tokens: int) -> int:

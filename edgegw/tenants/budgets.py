@@ -1,0 +1,193 @@
+"""Tenants' usage by calendar period, and the budgets it is held to, kept across restarts
+in SQLite (WAL) off the request path.
+
+Periods are calendar ones in UTC: the day, the ISO week (from Monday), the month. Chosen
+over rolling windows because a budget then means what an invoice means ("50 USD this
+month"), resets at a time everyone can name, and needs one counter per period rather than
+a history per request.
+
+`Usage` is the process's counters, by scope (`t/<tenant>`, `k/<tenant>/<key>`) and period:
+a request adds to them in memory when it ends, and `Usage.run` (a process-lifetime task)
+writes what was added to the SQLite file every FLUSH_S in a worker thread, then reads the
+current periods back, so that the workers of one node (`--workers N`) sharing the file
+agree within a flush. No request waits for the disk; a crash loses at most FLUSH_S of
+usage; a graceful stop writes the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import trio
+
+from edgegw.keyfile import PERIODS
+from edgegw.settings import Settings, SettingsError
+
+log = logging.getLogger("edgegw.tenants")
+
+# How often added usage is written (and the other workers' read back).
+FLUSH_S = 1.0
+# The last write on shutdown gets at most this long.
+FINAL_FLUSH_S = 5.0
+# SQLite's wait for another worker's write lock.
+BUSY_TIMEOUT_MS = 5000
+STORE_NAME = "tenants.sqlite3"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS usage (
+    scope TEXT NOT NULL,
+    period TEXT NOT NULL,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    nano_usd INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, period)
+) WITHOUT ROWID
+"""
+ADD = """
+INSERT INTO usage (scope, period, tokens, nano_usd) VALUES (?, ?, ?, ?)
+ON CONFLICT (scope, period) DO UPDATE SET
+    tokens = tokens + excluded.tokens, nano_usd = nano_usd + excluded.nano_usd
+"""
+CURRENT = "SELECT scope, period, tokens, nano_usd FROM usage WHERE period IN (?, ?, ?)"
+
+
+def period_start(period: str, now: float) -> datetime:
+    at = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "week":
+        return at - timedelta(days=at.weekday())
+    if period == "month":
+        return at.replace(day=1)
+    return at
+
+
+def period_end(period: str, now: float) -> float:
+    start = period_start(period, now)
+    if period == "day":
+        return (start + timedelta(days=1)).timestamp()
+    if period == "week":
+        return (start + timedelta(days=7)).timestamp()
+    year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
+    return start.replace(year=year, month=month).timestamp()
+
+
+def period_key(period: str, now: float) -> str:
+    """`day:2026-12-05`, `week:2026-11-30` (its Monday), `month:2026-12`."""
+    start = period_start(period, now)
+    return f"{period}:{start:%Y-%m}" if period == "month" else f"{period}:{start:%Y-%m-%d}"
+
+
+def default_store_path() -> Path:
+    """edgegw's data directory, as for the community table: $XDG_DATA_HOME/edgegw."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "edgegw" / STORE_NAME
+
+
+class StoreError(SettingsError):
+    """The usage file cannot be opened (the start stops, naming TENANTS_STORE_PATH)."""
+
+
+def store_path(settings: Settings) -> Path | None:
+    """TENANTS_STORE_PATH; else, when the key file defines tenants, the data directory's
+    file; else None (usage in memory only)."""
+    if settings.tenants_store_path is not None:
+        return Path(settings.tenants_store_path)
+    return default_store_path() if settings.key_file.has_tenants else None
+
+
+Totals = dict[tuple[str, str], list[int]]  # (scope, period key) -> [tokens, nano-USD]
+
+
+class Usage:
+    """Usage by scope and period: in memory, and in the SQLite file at `path` when given."""
+
+    def __init__(self, path: Path | None, clock: Callable[[], float]) -> None:
+        self.path = path
+        self._clock = clock
+        self._totals: Totals = {}
+        self._pending: Totals = {}
+        self._db: sqlite3.Connection | None = None
+
+    def spent(self, scope: str, unit: str, period: str, now: float) -> int:
+        found = self._totals.get((scope, period_key(period, now)))
+        return 0 if found is None else found[0 if unit == "tokens" else 1]
+
+    def add(self, scopes: tuple[str, ...], tokens: int, nano_usd: int) -> None:
+        if not tokens and not nano_usd:
+            return
+        now = self._clock()
+        for period in PERIODS:
+            key = period_key(period, now)
+            for scope in scopes:
+                for table in (self._totals, self._pending):
+                    row = table.setdefault((scope, key), [0, 0])
+                    row[0] += tokens
+                    row[1] += nano_usd
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the file and read the current periods, started(); then write every FLUSH_S
+        until cancelled, and once more then. Raises StoreError before started()."""
+        if self.path is None:
+            task_status.started()
+            return
+        try:
+            await trio.to_thread.run_sync(self._open)
+            await self._flush()
+        except (OSError, sqlite3.Error) as e:
+            raise StoreError(f"TENANTS_STORE_PATH: cannot use {self.path} ({e})") from None
+        task_status.started()
+        try:
+            while True:
+                await trio.sleep(FLUSH_S)
+                await self._flush_logged()
+        finally:
+            with trio.move_on_after(FINAL_FLUSH_S, shield=True):
+                await self._flush_logged()
+            if self._db is not None:
+                self._db.close()
+
+    async def _flush_logged(self) -> None:
+        try:
+            await self._flush()
+        except (OSError, sqlite3.Error) as e:
+            log.warning("tenants' usage not written to %s (%s); kept to try again", self.path, e)
+
+    async def _flush(self) -> None:
+        pending, self._pending = self._pending, {}
+        keys = tuple(period_key(p, self._clock()) for p in PERIODS)
+        try:
+            current = await trio.to_thread.run_sync(self._write, pending, keys)
+        except BaseException:
+            for k, (tokens, nano) in pending.items():  # written next time
+                row = self._pending.setdefault(k, [0, 0])
+                row[0] += tokens
+                row[1] += nano
+            raise
+        # What the file holds, plus what was added here while it was written.
+        for k, (tokens, nano) in self._pending.items():
+            row = current.setdefault(k, [0, 0])
+            row[0] += tokens
+            row[1] += nano
+        self._totals = current
+
+    def _open(self) -> None:
+        assert self.path is not None
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection, used by one worker thread at a time (the flusher awaits each).
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode NORMAL loses at most the last commits on power loss, never integrity.
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(SCHEMA)
+        db.commit()
+        self._db = db
+
+    def _write(self, pending: Totals, keys: tuple[str, ...]) -> Totals:
+        db = self._db
+        assert db is not None
+        with db:
+            db.executemany(ADD, [(s, p, t, n) for (s, p), (t, n) in pending.items()])
+        return {(s, p): [t, n] for s, p, t, n in db.execute(CURRENT, keys)}

@@ -1,0 +1,90 @@
+"""What a request cost: its usage times its model's per-token prices, in nano-USD (exact
+whole numbers: edgegw.keyfile.NANO_USD).
+
+A model's price is MODEL_PRICES' when it names the model (remote `provider/model`, a local
+model's name, an alias), else the community table's (edgegw.models.community, through the
+`community` lookup the gateway passes in, which answers only once the table is loaded, so
+that no request waits for it). Cached tokens are charged at the input rate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from edgegw.keyfile import NANO_USD
+
+# The usage members of each API: (input, output).
+INPUT_MEMBERS = ("prompt_tokens", "input_tokens")
+OUTPUT_MEMBERS = ("completion_tokens", "output_tokens")
+# Models whose price was looked up, remembered (a price missing is remembered too, until
+# the community table loads).
+MAX_CACHED = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per token."""
+
+    input: Decimal
+    output: Decimal
+
+
+class Prices:
+    def __init__(
+        self,
+        overrides: Mapping[str, tuple[Decimal, Decimal]],
+        community: Callable[[str], Mapping[str, Any] | None] = lambda _m: None,
+    ) -> None:
+        self._overrides = {m: Price(i, o) for m, (i, o) in overrides.items()}
+        self._community = community
+        self._cache: dict[str, Price | None] = {}
+
+    def of(self, model: str) -> Price | None:
+        low = model.lower()
+        if low in self._overrides:
+            return self._overrides[low]
+        if low in self._cache:
+            return self._cache[low]
+        found = _price(self._community(model))
+        if found is not None:  # a miss is asked again: the table may not be loaded yet
+            if len(self._cache) >= MAX_CACHED:
+                self._cache.clear()
+            self._cache[low] = found
+        return found
+
+    def cost_nano(self, model: str, usage: Mapping[str, Any] | None) -> int | None:
+        """The cost of `usage` on `model` in nano-USD; None when the model has no price or
+        the answer no usage."""
+        if not usage:
+            return None
+        price = self.of(model)
+        if price is None:
+            return None
+        inputs, outputs = _tokens(usage, INPUT_MEMBERS), _tokens(usage, OUTPUT_MEMBERS)
+        return int((inputs * price.input + outputs * price.output) * NANO_USD)
+
+
+def usd_text(nano: int) -> str:
+    """Nano-USD as a plain decimal string (`0.000123`)."""
+    text = f"{Decimal(nano) / NANO_USD:f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _tokens(usage: Mapping[str, Any], members: tuple[str, ...]) -> int:
+    for name in members:
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return 0
+
+
+def _price(pricing: Mapping[str, Any] | None) -> Price | None:
+    if not pricing:
+        return None
+    try:
+        return Price(Decimal(pricing["input_per_token"]), Decimal(pricing["output_per_token"]))
+    except (KeyError, TypeError, InvalidOperation):
+        return None
