@@ -14,12 +14,18 @@ cost each feature's median puts over ``off``'s:
 - ``guardrails``: a Rego policy that blocks a word, redacts secrets, warns on an e-mail address,
   else allows (the request is allowed): ``pre_call`` on the request, ``post_call`` on the answer;
 - ``routing``: the request names an alias over three deployments (round robin), the strategy,
-  the breaker and the routing metrics on every request.
+  the breaker and the routing metrics on every request;
+- ``keys``: a client key (EDGEGW_API_KEYS), sent on every request: the reference of
+  ``tenants``;
+- ``tenants``: the same key as a tenant's in the key file, with every limit (rpm, tpm,
+  concurrency) and both budgets set on the tenant and the key (never reached), the model
+  priced (MODEL_PRICES) and the usage written to SQLite every second.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -57,11 +63,14 @@ main := {"action": "block", "message": "no forbidden words"} if {
     "email" in input.detected
 } else := {"action": "allow"}
 """
-FEATURES = ("off", "tracing", "access_log", "guardrails", "routing")
+FEATURES = ("off", "tracing", "access_log", "guardrails", "routing", "keys", "tenants")
+KEY = "sk-bench-tenant-key"
+LIMITS = "rpm=1000000000 tpm=1000000000000 concurrency=1000000"
+BUDGETS = "budget_tokens=1e15/month budget_usd=1000000000/day"
 
 
 def _configs(work: Path, mock_port: int) -> dict[str, tuple[dict[str, str], bytes]]:
-    """Each configuration's environment and request body."""
+    """Each configuration's environment and request body (`keys` and `tenants` send KEY)."""
     policies = work / "policies"
     policies.mkdir(exist_ok=True)
     (policies / "main.rego").write_text(POLICY)
@@ -71,6 +80,17 @@ def _configs(work: Path, mock_port: int) -> dict[str, tuple[dict[str, str], byte
         json.dumps({"models": {"fast": {"strategy": "round_robin", "deployments": deployments}}})
     )
     base = {"TELEMETRY_ENABLED": "true", "TELEMETRY_METRICS_PORT": "0", "PYTHONHASHSEED": "0"}
+    keys = work / "keys"
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    keys.write_text(
+        f"tenant bench {LIMITS} {BUDGETS}\nkey k tenant=bench sha256={digest} {LIMITS} {BUDGETS}\n"
+    )
+    tenants = {
+        **base,
+        "EDGEGW_API_KEYS_FILE": str(keys),
+        "TENANTS_STORE_PATH": str(work / "usage.sqlite3"),
+        "MODEL_PRICES": "openai/gpt-4o-mini=0.15:0.6",
+    }
     return {
         "off": (base, CHAT),
         "tracing": (
@@ -90,6 +110,8 @@ def _configs(work: Path, mock_port: int) -> dict[str, tuple[dict[str, str], byte
             {**base, "ROUTING_ENABLED": "true", "ROUTING_CONFIG_PATH": str(routing)},
             CHAT.replace(b'"openai/gpt-4o-mini"', b'"fast"'),
         ),
+        "keys": ({**base, "EDGEGW_API_KEYS": KEY}, CHAT),
+        "tenants": (tenants, CHAT),
     }
 
 
@@ -113,6 +135,8 @@ def run(ns: argparse.Namespace) -> Result:
                     args = ["load", "--port", str(port), "--body-file", bodies[name],
                             "--connections", str(ns.connections), "--seconds", str(ns.seconds),
                             "--warmup-s", str(ns.warmup_s)]  # fmt: skip
+                    if name in ("keys", "tenants"):
+                        args += ["--header", f"Authorization: Bearer {KEY}"]
                     r = generate(binary, args, gw.pid)
                 assert r["errors"] == 0 and r["ok"], (name, r["errors_by_kind"])
                 cells[name].append(per_request_us(r))

@@ -139,7 +139,8 @@ GUARDRAILS_KNOWN = frozenset(
 )
 # Tenants (edgegw.keyfile, edgegw.tenants); the OIDC claim acts only with AUTH_ENABLED.
 TENANTS_KNOWN = frozenset(
-    {"TENANTS_DEFAULT", "TENANTS_OIDC_CLAIM", "TENANTS_STORE_PATH", "MODEL_PRICES"}
+    {f"TENANTS_{n}" for n in ("DEFAULT", "OIDC_CLAIM", "STORE_PATH", "REDIS_URL", "REDIS_TIMEOUT")}
+    | {"TENANTS_REDIS_LIMITS_FAIL", "TENANTS_REDIS_BUDGETS_FAIL", "MODEL_PRICES"}
 )
 # The routing variables (edgegw.routing.config); the path acts only with ROUTING_ENABLED.
 ROUTING = frozenset({"ROUTING_ENABLED", "ROUTING_CONFIG_PATH"})
@@ -424,6 +425,7 @@ _GATES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("GUARDRAILS_", "GUARDRAILS_ENABLED", frozenset({"GUARDRAILS_ENABLED"})),
     ("AUTH_", "AUTH_ENABLED", frozenset({"AUTH_ENABLED"})),
     ("TENANTS_OIDC_", "AUTH_ENABLED", frozenset()),
+    ("TENANTS_REDIS_", "TENANTS_REDIS_URL", frozenset({"TENANTS_REDIS_URL"})),
 )
 
 

@@ -77,6 +77,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "rate_limit_exceeded": (429, "requests"),
     "concurrency_limit_exceeded": (429, "requests"),
     "insufficient_quota": (429, "insufficient_quota"),
+    # Redis, holding the shared limits and budgets, did not answer (TENANTS_REDIS_*_FAIL)
+    "tenant_store_unavailable": (503, "server_error"),
     # -- what the guardrails decided (edgegw.guardrails.check): a policy's block, and a
     # check that could not decide under GUARDRAILS_FAIL_MODE=closed (the reference's 403)
     "guardrails_blocked": (403, "permission_error"),

@@ -114,11 +114,30 @@ def build_gateway(
             settings.max_bodies, settings.max_bodies_per_client, settings.max_body_bytes_in_progress
         ),
         client_keys=ClientKeys(settings),
-        tenancy=Tenancy(Usage(store_path(settings), time.time), prices),
+        tenancy=_tenancy(settings, prices),
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
         router=None if settings.routing is None else Router(settings.routing, telemetry, retry),
         guardrails=_guardrails(settings, pool, telemetry),
+    )
+
+
+def _tenancy(settings: Settings, prices: Prices) -> Tenancy:
+    """The tenants' limits and budgets: in this process (usage in SQLite), or through Redis
+    with TENANTS_REDIS_URL (which then holds the usage too)."""
+    if settings.tenants_redis_url is None:
+        return Tenancy(Usage(store_path(settings), time.time), prices)
+    from edgegw.settings import parse_redis_url
+    from edgegw.tenants.redis_link import RedisLink
+    from edgegw.tenants.shared import SharedLimits
+
+    link = RedisLink(parse_redis_url(settings.tenants_redis_url), settings.tenants_redis_timeout_s)
+    return Tenancy(
+        Usage(None, time.time),
+        prices,
+        shared=SharedLimits(link),
+        limits_fail=settings.tenants_redis_limits_fail,
+        budgets_fail=settings.tenants_redis_budgets_fail,
     )
 
 

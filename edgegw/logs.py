@@ -156,6 +156,8 @@ def secrets_of(settings: Settings) -> list[str]:
     found += [k.decode("utf-8", "replace") for k in settings.api_keys]
     if settings.auth_oidc_client_secret:
         found.append(settings.auth_oidc_client_secret)
+    if settings.tenants_redis_url:
+        found.append(settings.tenants_redis_url)
     return found
 
 

@@ -96,6 +96,8 @@ async def serve(
             await nursery.start(gw.client_keys.run)
             # The tenants' usage file (budgets survive a restart); unusable, the start stops.
             await nursery.start(gw.tenancy.usage.run)
+            if gw.tenancy.shared is not None:  # settlements sent to Redis off the request path
+                await nursery.start(gw.tenancy.shared.run)
             if settings.key_file.has_tenants:  # prices for the tenants' costs, off the start
                 nursery.start_soon(gw.catalog.community.ready)
             if gw.verifier is not None:  # OIDC discovery and keys; an unusable issuer stops here

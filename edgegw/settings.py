@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from types import MappingProxyType
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from edgegw import envcheck, grammar
 from edgegw.guardrails.settings import GuardrailsSettings, GuardrailsSettingsError
@@ -71,6 +71,11 @@ class Settings:
     # TENANTS_STORE_PATH: the SQLite file of the tenants' usage (budgets survive a restart);
     # None: tenants.sqlite3 in edgegw's data directory (edgegw.tenants.budgets).
     tenants_store_path: str | None = None
+    # TENANTS_REDIS_*: limits and budgets shared through Redis (edgegw.tenants.shared).
+    tenants_redis_url: str | None = field(default=None, repr=False)
+    tenants_redis_timeout_s: float = 0.25
+    tenants_redis_limits_fail: str = "local"
+    tenants_redis_budgets_fail: str = "closed"
     # MODEL_PRICES: USD per token (input, output) by model, over the community table's.
     model_prices: Mapping[str, tuple[Decimal, Decimal]] = field(
         default_factory=lambda: MappingProxyType({})
@@ -491,6 +496,22 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["tenants_oidc_claim"] = v
     if v := env.get("TENANTS_STORE_PATH", "").strip():
         kw["tenants_store_path"] = v
+    if v := env.get("TENANTS_REDIS_URL", "").strip():
+        try:
+            parse_redis_url(v)
+        except ValueError as e:
+            raise SettingsError(f"TENANTS_REDIS_URL: {e}") from None
+        kw["tenants_redis_url"] = v
+    if v := env.get("TENANTS_REDIS_TIMEOUT"):
+        kw["tenants_redis_timeout_s"] = parse_duration("TENANTS_REDIS_TIMEOUT", v)
+    for var, attr, modes in (
+        ("TENANTS_REDIS_LIMITS_FAIL", "tenants_redis_limits_fail", ("local", "open", "closed")),
+        ("TENANTS_REDIS_BUDGETS_FAIL", "tenants_redis_budgets_fail", ("closed", "open")),
+    ):
+        if v := env.get(var, "").strip().lower():
+            if v not in modes:
+                raise SettingsError(f"{var}: expected one of {', '.join(modes)}")
+            kw[attr] = v
     if v := env.get("MODEL_PRICES", "").strip():
         kw["model_prices"] = parse_prices(v)
     fixed: tuple[bytes, ...] = ()
@@ -597,6 +618,36 @@ def _tls(env: Mapping[str, str], kw: dict[str, object]) -> None:
 
 
 TLS_VERSIONS = {"TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAddress:
+    host: str
+    port: int
+    password: str | None = field(default=None, repr=False)
+    username: str | None = None
+    db: int = 0
+
+
+def parse_redis_url(url: str) -> RedisAddress:
+    """`redis://[[user]:password@]host[:port][/db]`; raises ValueError."""
+    parts = urlsplit(url)
+    try:
+        host, port = parts.hostname, parts.port or 6379
+    except ValueError:
+        host = None
+    if parts.scheme != "redis" or not host:
+        raise ValueError("expected redis://[:password@]host[:port][/db]")
+    path = parts.path.strip("/")
+    if path and not path.isdigit():
+        raise ValueError("the path is a database number")
+    return RedisAddress(
+        host,
+        port,
+        None if parts.password is None else unquote(parts.password),
+        unquote(parts.username) if parts.username else None,
+        int(path) if path else 0,
+    )
 
 
 def parse_prices(text: str) -> Mapping[str, tuple[Decimal, Decimal]]:

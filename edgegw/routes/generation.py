@@ -69,7 +69,7 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
             if forwarded is not body:
                 req = parse(forwarded)
         plan = _decide_traced(gw, call, req)
-        rec.admit(_scoped(plan, req), _prompt_tokens(plan, body), _max_tokens(gw, req))
+        await rec.admit(_scoped(plan, req), _prompt_tokens(plan, body), _max_tokens(gw, req))
         rec.outcome = await _do(gw, call, req, plan, guard_headers, rec)
 
 

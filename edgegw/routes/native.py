@@ -138,7 +138,7 @@ async def _observed(gw: Gateway, call: Call, api: NativeApi, guarded: GuardedApi
         remote = gw.resolver.native(req.model, call.provider_param(), api)
         rec.provider = remote.target.provider.id
         # No max_tokens is read from a native body: the default bounds the estimate.
-        rec.admit(f"{rec.provider}/{remote.model}", len(body), gw.settings.default_max_tokens)
+        await rec.admit(f"{rec.provider}/{remote.model}", len(body), gw.settings.default_max_tokens)
         rec.outcome = await _native_json(gw, call, api, remote, req, body, guard, headers)
 
 

@@ -54,13 +54,13 @@ class Recording:
         self.outcome: Outcome | None = None
         self.ticket: Ticket | None = None
 
-    def admit(self, model: str, prompt_tokens: int, max_tokens: int) -> None:
+    async def admit(self, model: str, prompt_tokens: int, max_tokens: int) -> None:
         """The caller's tenant admits a request for `model` (`provider/model`, a local
         model's or an alias's name) of at most `prompt_tokens` + `max_tokens`, or raises
         its refusal (403 / 429); its rate-limit headers go on every answer."""
         call = self.call
         caller = call.caller or self.gw.client_keys.anonymous()
-        self.ticket = ticket = self.gw.tenancy.admit(caller, model, prompt_tokens, max_tokens)
+        self.ticket = ticket = await self.gw.tenancy.admit(caller, model, prompt_tokens, max_tokens)
         call.answer_headers += ticket.headers
         call.priced = ticket.cost_headers
 

@@ -98,6 +98,7 @@ class Telemetry:
         )
         for family in (self.tenant_requests, self.tenant_tokens, self.tenant_cost):
             self.registry.register(family)
+        self._tenant_keys: dict[tuple[str, str], Labels] = {}  # label sets in use
         self._guardrail_keys: dict[tuple[str, str, str, str], Labels] = {}
         self._generation_keys: dict[
             tuple[str, str, str, int], tuple[Labels, Labels, tuple[Labels, Labels]]
@@ -169,7 +170,12 @@ class Telemetry:
         """One admitted request of `tenant` on `model`, its tokens and cost charged."""
         if not self.settings.telemetry_enabled:
             return
-        key = labels({"tenant": tenant, "gen_ai_request_model": model})
+        key = self._tenant_keys.get((tenant, model))
+        if key is None:
+            if len(self._tenant_keys) >= MAX_SERIES:
+                self._tenant_keys.clear()
+            key = labels({"tenant": tenant, "gen_ai_request_model": model})
+            self._tenant_keys[(tenant, model)] = key
         self.tenant_requests.inc(key)
         if tokens:
             self.tenant_tokens.inc(key, tokens)

@@ -14,6 +14,7 @@ runs in between.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +28,10 @@ from edgegw.keyfile import Budget, Caller, Limits
 from edgegw.tenants.budgets import Usage, period_end
 from edgegw.tenants.limits import Bucket, duration_text, reset_s, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
+from edgegw.tenants.redis_link import RedisUnavailable
+from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits
+
+log = logging.getLogger("edgegw.tenants")
 
 # A concurrency refusal cannot know when a slot frees: retry after this.
 CONCURRENCY_RETRY_S = 1
@@ -53,14 +58,23 @@ class Tenancy:
         prices: Prices,
         clock: Callable[[], float] = trio.current_time,
         wall: Callable[[], float] = time.time,
+        shared: SharedLimits | None = None,
+        limits_fail: str = "local",
+        budgets_fail: str = "closed",
     ) -> None:
         self.usage = usage
         self.prices = prices
+        # Through Redis when TENANTS_REDIS_URL is set; what an unanswered call falls back to.
+        self.shared = shared
+        self.limits_fail = limits_fail
+        self.budgets_fail = budgets_fail
         self._clock = clock  # the limits' (monotonic; MockClock in tests)
         self._wall = wall  # the budgets' calendar
         self._holders: dict[tuple[str, ...], _Holder] = {}
 
-    def admit(self, caller: Caller, model: str, prompt_tokens: int, max_tokens: int) -> Ticket:
+    async def admit(
+        self, caller: Caller, model: str, prompt_tokens: int, max_tokens: int
+    ) -> Ticket:
         """Admit a request of `caller` for `model` (as the scope names it) whose prompt is
         at most `prompt_tokens` and whose answer at most `max_tokens`, or raise the refusal."""
         if not caller.allows(model):
@@ -69,16 +83,46 @@ class Tenancy:
                 f"The model {model[:200]!r} is not among the models this key may use.",
                 param="model",
             )
+        estimate = prompt_tokens + max_tokens
         tenant, key = caller.tenant, caller.key
         scopes = (f"t/{tenant.name}", f"k/{tenant.name}/{key.name}")
-        if tenant.budgets or key.budgets:
+        if self.shared is None:
+            return self._admit_here(caller, model, scopes, prompt_tokens, estimate, True)
+        try:
+            return await self._admit_shared(caller, model, scopes, prompt_tokens, estimate)
+        except RedisUnavailable as e:
+            log.warning("Redis did not answer for the tenants' limits (%s)", e)
+            if (tenant.budgets or key.budgets) and self.budgets_fail == "closed":
+                raise _store_unavailable() from None
+            if self.limits_fail == "closed" and (tenant.limits or key.limits):
+                raise _store_unavailable() from None
+            if self.limits_fail == "open":
+                return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
+            # This process's own limits, as a stop-gap (budgets: skipped, or refused above).
+            return self._admit_here(caller, model, scopes, prompt_tokens, estimate, False)
+
+    def _admit_here(
+        self,
+        caller: Caller,
+        model: str,
+        scopes: tuple[str, str],
+        prompt_tokens: int,
+        estimate: int,
+        budgets: bool,
+    ) -> Ticket:
+        """In this process: the budgets (from the usage it counts) and its token buckets."""
+        tenant, key = caller.tenant, caller.key
+        if budgets and (tenant.budgets or key.budgets):
             self._check_budgets(scopes, (tenant.budgets, key.budgets))
-        limited = [
-            (self._holder(("t", tenant.name)), tenant.limits, f"tenant {tenant.name}"),
-            (self._holder(("k", tenant.name, key.name)), key.limits, f"key {key.name}"),
-        ]
-        limited = [row for row in limited if row[1]]
-        estimate = prompt_tokens + max_tokens
+        limited = []
+        if tenant.limits:
+            limited.append(
+                (self._holder(("t", tenant.name)), tenant.limits, f"tenant {tenant.name}")
+            )
+        if key.limits:
+            limited.append(
+                (self._holder(("k", tenant.name, key.name)), key.limits, f"key {key.name}")
+            )
         if not limited:
             return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
         now = self._clock()
@@ -102,24 +146,55 @@ class Tenancy:
         held = [(h, lim) for h, lim, _ in limited]
         return Ticket(self, model, scopes, held, estimate, prompt_tokens, headers)
 
+    async def _admit_shared(
+        self,
+        caller: Caller,
+        model: str,
+        scopes: tuple[str, str],
+        prompt_tokens: int,
+        estimate: int,
+    ) -> Ticket:
+        """Through Redis (edgegw.tenants.shared): one script checks and charges."""
+        tenant, key = caller.tenant, caller.key
+        if not (tenant.budgets or key.budgets or tenant.limits or key.limits):
+            return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
+        assert self.shared is not None
+        now = self._wall()
+        result, rows = await self.shared.admit(caller, estimate, now)
+        levels = [
+            (kind, result.levels[PREFIX + k], _row_limit(kind, what))
+            for k, kind, what in rows
+            if kind in ("r", "t") and PREFIX + k in result.levels
+        ]
+        headers = _level_headers(levels)
+        if isinstance(result, Admitted):
+            ticket = Ticket(self, model, scopes, [], estimate, prompt_tokens, headers)
+            ticket.shared = result
+            return ticket
+        row = next(r for r in rows if PREFIX + r[0] == result.key)
+        who = (
+            f"tenant {tenant.name}" if row[0].split(":")[1].startswith("t/") else f"key {key.name}"
+        )
+        what = row[2]
+        if isinstance(what, Budget):
+            raise _budget_refusal(who, what, now)
+        if result.kind == "c":
+            error = _concurrency_refusal(who, _row_limit("c", what))
+        else:
+            error = _rate_refusal(
+                who, result.kind, _row_limit(result.kind, what), result.wait_s, estimate
+            )
+        raise error.replace(more_headers=(*_retry_headers(result.wait_s), *headers))
+
     def _check_budgets(
         self, scopes: tuple[str, str], budgets: tuple[tuple[Budget, ...], tuple[Budget, ...]]
     ) -> None:
-        """429 `insufficient_quota` (OpenAI's code for a spent quota) when a budget of the
-        tenant or the key is spent, with Retry-After the end of its period."""
+        """429 `insufficient_quota` when a budget of the tenant or the key is spent."""
         now = self._wall()
         for scope, held, who in zip(scopes, budgets, ("tenant", "key"), strict=True):
             for b in held:
-                if self.usage.spent(scope, b.unit, b.period, now) < b.limit:
-                    continue
-                wait = max(1, math.ceil(period_end(b.period, now) - now))
-                amount = f"{b.limit} tokens" if b.unit == "tokens" else f"{usd_text(b.limit)} USD"
-                raise fail(
-                    "insufficient_quota",
-                    f"The {who}'s budget of {amount} per {b.period} is spent; it renews "
-                    f"at the start of the next {b.period} (UTC).",
-                    headers=((b"retry-after", b"%d" % wait),),
-                )
+                if self.usage.spent(scope, b.unit, b.period, now) >= b.limit:
+                    raise _budget_refusal(who, b, now)
 
     def _holder(self, name: tuple[str, ...]) -> _Holder:
         holder = self._holders.get(name)
@@ -128,80 +203,111 @@ class Tenancy:
         return holder
 
 
+def _budget_refusal(who: str, b: Budget, now: float) -> GatewayError:
+    """429 `insufficient_quota` (OpenAI's code for a spent quota), with Retry-After the end
+    of the budget's period."""
+    wait = max(1, math.ceil(period_end(b.period, now) - now))
+    amount = f"{b.limit} tokens" if b.unit == "tokens" else f"{usd_text(b.limit)} USD"
+    return fail(
+        "insufficient_quota",
+        f"The {who.split()[0]}'s budget of {amount} per {b.period} is spent; it renews "
+        f"at the start of the next {b.period} (UTC).",
+        headers=((b"retry-after", b"%d" % wait),),
+    )
+
+
+def _concurrency_refusal(who: str, limit: int) -> GatewayError:
+    return fail(
+        "concurrency_limit_exceeded",
+        f"Too many requests at once for {who}: limit {limit}. Retry when one has finished.",
+    )
+
+
+def _rate_refusal(who: str, kind: str, limit: int, wait: float, estimate: int) -> GatewayError:
+    if kind == "r":
+        return fail(
+            "rate_limit_exceeded",
+            f"Rate limit reached for {who} on requests per min (RPM): limit {limit}. "
+            f"Please try again in {duration_text(wait)}.",
+        )
+    return fail(
+        "rate_limit_exceeded",
+        f"Rate limit reached for {who} on tokens per min (TPM): limit {limit}, "
+        f"requested {estimate}. Please try again in {duration_text(wait)}.",
+        type="tokens",
+    )
+
+
+def _retry_headers(wait: float) -> Headers:
+    return (
+        (b"retry-after", b"%d" % max(1, math.ceil(wait))),
+        (b"retry-after-ms", b"%d" % max(1, math.ceil(wait * 1000))),
+    )
+
+
+def _store_unavailable() -> GatewayError:
+    return fail(
+        "tenant_store_unavailable",
+        "The store of this gateway's limits and budgets is unavailable; retry shortly.",
+        headers=((b"retry-after", b"1"),),
+    )
+
+
 def _refusal(limited: list[tuple[_Holder, Limits, str]], estimate: int) -> GatewayError | None:
     """The refusal of the first limit the request does not fit, with the longest wait."""
     found: GatewayError | None = None
     wait = 0.0
     for holder, limits, who in limited:
         if limits.concurrency is not None and holder.active >= limits.concurrency:
-            if found is None:
-                found = fail(
-                    "concurrency_limit_exceeded",
-                    f"Too many requests at once for {who}: limit {limits.concurrency}. "
-                    "Retry when one has finished.",
-                )
-                wait = max(wait, CONCURRENCY_RETRY_S)
+            found = found or _concurrency_refusal(who, limits.concurrency)
+            wait = max(wait, CONCURRENCY_RETRY_S)
         bucket, limit = holder.requests, limits.rpm
         if bucket is not None and limit is not None and (w := wait_s(limit, bucket.level, 1)):
             wait = max(wait, w)
-            found = found or fail(
-                "rate_limit_exceeded",
-                f"Rate limit reached for {who} on requests per min (RPM): limit {limit}. "
-                f"Please try again in {duration_text(w)}.",
-            )
+            found = found or _rate_refusal(who, "r", limit, w, estimate)
         bucket, limit = holder.tokens, limits.tpm
-        if (
-            bucket is not None
-            and limit is not None
-            and (w := wait_s(limit, bucket.level, estimate))
-        ):
-            wait = max(wait, w)
-            found = found or fail(
-                "rate_limit_exceeded",
-                f"Rate limit reached for {who} on tokens per min (TPM): limit {limit}, "
-                f"requested {estimate}. Please try again in {duration_text(w)}.",
-                type="tokens",
-            )
-    if found is None:
-        return None
-    return found.replace(
-        more_headers=(
-            (b"retry-after", b"%d" % max(1, math.ceil(wait))),
-            (b"retry-after-ms", b"%d" % max(1, math.ceil(wait * 1000))),
-        )
-    )
+        if bucket is not None and limit is not None:
+            if w := wait_s(limit, bucket.level, estimate):
+                wait = max(wait, w)
+                found = found or _rate_refusal(who, "t", limit, w, estimate)
+    return None if found is None else found.replace(more_headers=_retry_headers(wait))
 
 
 def _headers(limited: list[tuple[_Holder, Limits, str]], requests: int, tokens: int) -> Headers:
     """OpenAI's x-ratelimit-* for the tightest requests and tokens limits, after charging
     `requests` and `tokens`."""
+    levels: list[tuple[str, float, int]] = []
+    for holder, limits, _ in limited:
+        if holder.requests is not None and limits.rpm is not None:
+            levels.append(("r", holder.requests.level - requests, limits.rpm))
+        if holder.tokens is not None and limits.tpm is not None:
+            levels.append(("t", holder.tokens.level - tokens, limits.tpm))
+    return _level_headers(levels)
+
+
+def _level_headers(levels: list[tuple[str, float, int]]) -> Headers:
+    """The headers of the bucket with the least left, of each kind (r, t): its limit, what
+    remains, and the time until it is full."""
     out: list[tuple[bytes, bytes]] = []
-    for kind, tightest in (
-        (b"requests", _tightest([(h.requests, lim.rpm) for h, lim, _ in limited], requests)),
-        (b"tokens", _tightest([(h.tokens, lim.tpm) for h, lim, _ in limited], tokens)),
-    ):
-        if tightest is None:
+    for kind, name in (("r", b"requests"), ("t", b"tokens")):
+        mine = [(level, limit) for k, level, limit in levels if k == kind]
+        if not mine:
             continue
-        level, limit = tightest
+        level, limit = min(mine)
         out += [
-            (b"x-ratelimit-limit-" + kind, b"%d" % limit),
-            (b"x-ratelimit-remaining-" + kind, b"%d" % max(0, math.floor(level))),
-            (b"x-ratelimit-reset-" + kind, duration_text(reset_s(limit, level)).encode()),
+            (b"x-ratelimit-limit-" + name, b"%d" % limit),
+            (b"x-ratelimit-remaining-" + name, b"%d" % max(0, math.floor(level))),
+            (b"x-ratelimit-reset-" + name, duration_text(reset_s(limit, level)).encode()),
         ]
     return tuple(out)
 
 
-def _tightest(
-    buckets: list[tuple[Bucket | None, int | None]], amount: int
-) -> tuple[float, int] | None:
-    """(level after `amount`, limit) of the bucket with the least left."""
-    found: tuple[float, int] | None = None
-    for bucket, limit in buckets:
-        if bucket is not None and limit is not None:
-            level = bucket.level - amount
-            if found is None or level < found[0]:
-                found = (level, limit)
-    return found
+def _row_limit(kind: str, what: Limits | Budget) -> int:
+    if isinstance(what, Budget):
+        return what.limit
+    value = {"r": what.rpm, "t": what.tpm, "c": what.concurrency}[kind]
+    assert value is not None
+    return value
 
 
 class Ticket:
@@ -215,6 +321,7 @@ class Ticket:
         "estimate",
         "prompt_tokens",
         "headers",
+        "shared",
         "_open",
     )
 
@@ -235,6 +342,8 @@ class Ticket:
         self.estimate = estimate
         self.prompt_tokens = prompt_tokens
         self.headers = headers
+        # What Redis charged (edgegw.tenants.shared), settled there.
+        self.shared: Admitted | None = None
         self._open = True
 
     def cost_headers(self, usage: dict[str, Any]) -> Headers:
@@ -263,7 +372,11 @@ class Ticket:
                 "completion_tokens": used - self.prompt_tokens,
             }
         nano = tenancy.prices.cost_nano(self.model, usage)
-        tenancy.usage.add(self._scopes, used, nano or 0)
+        if self.shared is not None and tenancy.shared is not None:
+            back = self.estimate - used
+            tenancy.shared.settle(self.shared, self._scopes, back, used, nano or 0, tenancy._wall())
+        else:
+            tenancy.usage.add(self._scopes, used, nano or 0)
         return used, nano
 
 

@@ -21,6 +21,7 @@ import os
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 
 import trio
@@ -76,8 +77,19 @@ def period_end(period: str, now: float) -> float:
 
 def period_key(period: str, now: float) -> str:
     """`day:2026-12-05`, `week:2026-11-30` (its Monday), `month:2026-12`."""
-    start = period_start(period, now)
-    return f"{period}:{start:%Y-%m}" if period == "month" else f"{period}:{start:%Y-%m-%d}"
+    return _day_keys(int(now // 86400))[period]
+
+
+@lru_cache(maxsize=4)
+def _day_keys(day: int) -> dict[str, str]:
+    """The periods' keys of a UTC day (every request asks: formatting dates is slow)."""
+    out = {}
+    for period in PERIODS:
+        start = period_start(period, day * 86400.0)
+        out[period] = (
+            f"{period}:{start:%Y-%m}" if period == "month" else f"{period}:{start:%Y-%m-%d}"
+        )
+    return out
 
 
 def default_store_path() -> Path:
@@ -102,42 +114,47 @@ Totals = dict[tuple[str, str], list[int]]  # (scope, period key) -> [tokens, nan
 
 
 class Usage:
-    """Usage by scope and period: in memory, and in the SQLite file at `path` when given."""
+    """Usage by scope and period: in memory, and in the SQLite file at `path` when given.
+
+    A request adds to `_added` (by scope: two dict updates); every FLUSH_S `run` folds it
+    into each current period, written to the file (and the file's totals read back) or,
+    without one, kept in memory. What is spent is the last totals plus what was added since.
+    """
 
     def __init__(self, path: Path | None, clock: Callable[[], float]) -> None:
         self.path = path
         self._clock = clock
         self._totals: Totals = {}
-        self._pending: Totals = {}
+        self._added: dict[str, list[int]] = {}
         self._db: sqlite3.Connection | None = None
 
     def spent(self, scope: str, unit: str, period: str, now: float) -> int:
+        i = 0 if unit == "tokens" else 1
         found = self._totals.get((scope, period_key(period, now)))
-        return 0 if found is None else found[0 if unit == "tokens" else 1]
+        added = self._added.get(scope)
+        return (0 if found is None else found[i]) + (0 if added is None else added[i])
 
     def add(self, scopes: tuple[str, ...], tokens: int, nano_usd: int) -> None:
         if not tokens and not nano_usd:
             return
-        now = self._clock()
-        for period in PERIODS:
-            key = period_key(period, now)
-            for scope in scopes:
-                for table in (self._totals, self._pending):
-                    row = table.setdefault((scope, key), [0, 0])
-                    row[0] += tokens
-                    row[1] += nano_usd
+        for scope in scopes:
+            row = self._added.get(scope)
+            if row is None:
+                self._added[scope] = [tokens, nano_usd]
+            else:
+                row[0] += tokens
+                row[1] += nano_usd
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Open the file and read the current periods, started(); then write every FLUSH_S
-        until cancelled, and once more then. Raises StoreError before started()."""
-        if self.path is None:
-            task_status.started()
-            return
-        try:
-            await trio.to_thread.run_sync(self._open)
-            await self._flush()
-        except (OSError, sqlite3.Error) as e:
-            raise StoreError(f"TENANTS_STORE_PATH: cannot use {self.path} ({e})") from None
+        """Open the file and read the current periods, started(); then fold what was added
+        every FLUSH_S until cancelled, and once more then. Raises StoreError before
+        started()."""
+        if self.path is not None:
+            try:
+                await trio.to_thread.run_sync(self._open)
+                await self._flush()
+            except (OSError, sqlite3.Error) as e:
+                raise StoreError(f"TENANTS_STORE_PATH: cannot use {self.path} ({e})") from None
         task_status.started()
         try:
             while True:
@@ -156,22 +173,23 @@ class Usage:
             log.warning("tenants' usage not written to %s (%s); kept to try again", self.path, e)
 
     async def _flush(self) -> None:
-        pending, self._pending = self._pending, {}
+        added, self._added = self._added, {}
         keys = tuple(period_key(p, self._clock()) for p in PERIODS)
-        try:
-            current = await trio.to_thread.run_sync(self._write, pending, keys)
-        except BaseException:
-            for k, (tokens, nano) in pending.items():  # written next time
-                row = self._pending.setdefault(k, [0, 0])
+        rows = {(s, k): row for s, row in added.items() for k in keys}
+        if self._db is None:  # in memory: fold, and forget the periods past
+            current = {k: v for k, v in self._totals.items() if k[1] in keys}
+            for k, (tokens, nano) in rows.items():
+                row = current.setdefault(k, [0, 0])
                 row[0] += tokens
                 row[1] += nano
+            self._totals = current
+            return
+        try:
+            self._totals = await trio.to_thread.run_sync(self._write, rows, keys)
+        except BaseException:
+            for scope, (tokens, nano) in added.items():  # written next time
+                self.add((scope,), tokens, nano)
             raise
-        # What the file holds, plus what was added here while it was written.
-        for k, (tokens, nano) in self._pending.items():
-            row = current.setdefault(k, [0, 0])
-            row[0] += tokens
-            row[1] += nano
-        self._totals = current
 
     def _open(self) -> None:
         assert self.path is not None
@@ -185,9 +203,10 @@ class Usage:
         db.commit()
         self._db = db
 
-    def _write(self, pending: Totals, keys: tuple[str, ...]) -> Totals:
+    def _write(self, rows: Totals, keys: tuple[str, ...]) -> Totals:
         db = self._db
         assert db is not None
-        with db:
-            db.executemany(ADD, [(s, p, t, n) for (s, p), (t, n) in pending.items()])
+        if rows:
+            with db:
+                db.executemany(ADD, [(s, p, t, n) for (s, p), (t, n) in rows.items()])
         return {(s, p): [t, n] for s, p, t, n in db.execute(CURRENT, keys)}
