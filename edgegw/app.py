@@ -44,7 +44,7 @@ from edgegw.errors import (
 )
 from edgegw.gateway import Gateway
 from edgegw.logs import access_line
-from edgegw.routes import generation, mcp, metrics, models, native, probes, proxy
+from edgegw.routes import admin, generation, mcp, metrics, models, native, probes, proxy
 
 log = logging.getLogger("edgegw.app")
 
@@ -64,6 +64,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/images/generations": {"POST": native.images_generations},
     "/v1/images/edits": {"POST": native.images_edits},
     "/v1/images/variations": {"POST": native.images_variations},
+    "/admin/keys": {"GET": admin.list_keys, "POST": admin.create_key, "DELETE": admin.revoke_key},
+    "/admin/usage": {"GET": admin.usage},
 }
 PROXY_ROUTE: dict[str, Handler] = dict.fromkeys(proxy.PROXY_METHODS, proxy.proxy)
 # The routes whose API writes errors in its own shape (every other one: OpenAI's envelope).
@@ -75,6 +77,8 @@ ERROR_SHAPES: dict[str, ErrorShape] = {
 UNTRACED = frozenset({"/health", "/ready", "/v1/metrics"})
 # Kubernetes' probes (edgegw.routes.probes): answered before the drain, keys and the bound.
 PROBES = frozenset({"/health", "/ready"})
+# The tenants' admin API (edgegw.routes.admin): its own credential, not the client keys.
+ADMIN = frozenset({"/admin/keys", "/admin/usage"})
 
 
 class App:
@@ -154,7 +158,7 @@ class App:
                 "The gateway is shutting down; retry on a new connection.",
                 headers=((b"connection", b"close"), (b"retry-after", b"1")),
             )
-        if gw.client_keys.required or gw.verifier is not None:
+        if (gw.client_keys.required or gw.verifier is not None) and path not in ADMIN:
             if call.trace is None:
                 await self._authenticate(call)
             else:

@@ -140,7 +140,8 @@ GUARDRAILS_KNOWN = frozenset(
 # Tenants (edgegw.keyfile, edgegw.tenants); the OIDC claim acts only with AUTH_ENABLED.
 TENANTS_KNOWN = frozenset(
     {f"TENANTS_{n}" for n in ("DEFAULT", "OIDC_CLAIM", "STORE_PATH", "REDIS_URL", "REDIS_TIMEOUT")}
-    | {"TENANTS_REDIS_LIMITS_FAIL", "TENANTS_REDIS_BUDGETS_FAIL", "MODEL_PRICES"}
+    | {"TENANTS_REDIS_LIMITS_FAIL", "TENANTS_REDIS_BUDGETS_FAIL", "TENANTS_ADMIN_KEY"}
+    | {"MODEL_PRICES"}
 )
 # The routing variables (edgegw.routing.config); the path acts only with ROUTING_ENABLED.
 ROUTING = frozenset({"ROUTING_ENABLED", "ROUTING_CONFIG_PATH"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgegw.auth.client_keys import ClientKeys
@@ -93,6 +94,7 @@ def build_gateway(
     prices = Prices(
         settings.model_prices, lambda model: catalog.community.find_loaded(model, "pricing")
     )
+    tenancy = _tenancy(settings, prices)
     return Gateway(
         settings=settings,
         exchanges=Exchanges(
@@ -113,8 +115,8 @@ def build_gateway(
         intake=Intake(
             settings.max_bodies, settings.max_bodies_per_client, settings.max_body_bytes_in_progress
         ),
-        client_keys=ClientKeys(settings),
-        tenancy=_tenancy(settings, prices),
+        client_keys=ClientKeys(settings, lambda: tenancy.usage.admin_keys),
+        tenancy=tenancy,
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
         router=None if settings.routing is None else Router(settings.routing, telemetry, retry),
@@ -132,8 +134,10 @@ def _tenancy(settings: Settings, prices: Prices) -> Tenancy:
     from edgegw.tenants.shared import SharedLimits
 
     link = RedisLink(parse_redis_url(settings.tenants_redis_url), settings.tenants_redis_timeout_s)
+    # Redis holds the usage; a store named outright still holds the admin API's keys.
+    path = settings.tenants_store_path
     return Tenancy(
-        Usage(None, time.time),
+        Usage(None if path is None else Path(path), time.time),
         prices,
         shared=SharedLimits(link),
         limits_fail=settings.tenants_redis_limits_fail,

@@ -304,3 +304,16 @@ def caller_of(key_file: KeyFile, key: Key) -> Caller:
     """`key` with its tenant (an undefined tenant, the default one, has no limits)."""
     tenant = key_file.tenants.get(key.tenant)
     return Caller(Tenant(key.tenant) if tenant is None else tenant, key)
+
+
+def admin_keys(lines: Mapping[tuple[str, str], tuple[str, float]]) -> dict[bytes, Key]:
+    """The admin API's keys (edgegw.routes.admin) by digest, from their stored key lines
+    (checked when made; a line that no longer parses is left out)."""
+    out: dict[bytes, Key] = {}
+    for (tenant, _), (line, _) in lines.items():
+        try:
+            made = parse_key_file(f"tenant {tenant}\n{line}", var="admin key")
+        except KeyFileError:
+            continue
+        out.update(made.keys)
+    return out

@@ -158,6 +158,8 @@ def secrets_of(settings: Settings) -> list[str]:
         found.append(settings.auth_oidc_client_secret)
     if settings.tenants_redis_url:
         found.append(settings.tenants_redis_url)
+    if settings.tenants_admin_key:
+        found.append(settings.tenants_admin_key.decode())
     return found
 
 

@@ -71,6 +71,8 @@ class Settings:
     # TENANTS_STORE_PATH: the SQLite file of the tenants' usage (budgets survive a restart);
     # None: tenants.sqlite3 in edgegw's data directory (edgegw.tenants.budgets).
     tenants_store_path: str | None = None
+    # TENANTS_ADMIN_KEY: the admin API's credential (edgegw.routes.admin); None: no admin API.
+    tenants_admin_key: bytes | None = field(default=None, repr=False)
     # TENANTS_REDIS_*: limits and budgets shared through Redis (edgegw.tenants.shared).
     tenants_redis_url: str | None = field(default=None, repr=False)
     tenants_redis_timeout_s: float = 0.25
@@ -496,6 +498,10 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["tenants_oidc_claim"] = v
     if v := env.get("TENANTS_STORE_PATH", "").strip():
         kw["tenants_store_path"] = v
+    if v := env.get("TENANTS_ADMIN_KEY", "").strip():
+        if len(v) < 16 or not v.isprintable() or " " in v:
+            raise SettingsError("TENANTS_ADMIN_KEY: at least 16 printable characters, no spaces")
+        kw["tenants_admin_key"] = v.encode()
     if v := env.get("TENANTS_REDIS_URL", "").strip():
         try:
             parse_redis_url(v)

@@ -18,12 +18,13 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
 
 from edgegw.errors import fail
-from edgegw.keyfile import Caller, Key, KeyFile, caller_of, digest
+from edgegw.keyfile import Caller, Key, KeyFile, admin_keys, caller_of, digest
 from edgegw.settings import Settings, SettingsError, read_key_file
 
 log = logging.getLogger("edgegw.auth")
@@ -38,9 +39,27 @@ ANONYMOUS_KEY = "-"
 
 
 class ClientKeys:
-    __slots__ = ("current", "_fixed", "_path", "_seen", "_default", "_claim")
+    __slots__ = (
+        "current",
+        "_fixed",
+        "_path",
+        "_seen",
+        "_default",
+        "_claim",
+        "_admin_lines",
+        "_admin_seen",
+        "_admin",
+    )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        admin_lines: Callable[[], Mapping[tuple[str, str], tuple[str, float]]] = dict,
+    ) -> None:
+        """`admin_lines`: the admin API's live keys as stored (edgegw.tenants.budgets)."""
+        self._admin_lines = admin_lines
+        self._admin_seen: object = None
+        self._admin: Mapping[bytes, Key] = {}
         self.current: KeyFile = settings.key_file
         self._fixed = settings.api_keys_fixed
         self._path = settings.api_keys_file
@@ -52,7 +71,13 @@ class ClientKeys:
 
     @property
     def required(self) -> bool:
-        return bool(self.current.keys)
+        return bool(self.current.keys) or bool(self._admin_lines())
+
+    def _admin_keys(self) -> Mapping[bytes, Key]:
+        lines = self._admin_lines()
+        if lines is not self._admin_seen:  # the store swaps in a new mapping when it changes
+            self._admin, self._admin_seen = admin_keys(lines), lines
+        return self._admin
 
     def accepts(self, presented: bytes | None) -> bool:
         return self.caller(presented) is not None
@@ -63,9 +88,12 @@ class ClientKeys:
         if not presented:
             return None
         key_file = self.current
-        key = key_file.keys.get(digest(presented))
+        d = digest(presented)
+        key = key_file.keys.get(d)
         if key is None:
-            return None
+            key = self._admin_keys().get(d)
+            if key is None or key.tenant not in key_file.tenants:
+                return None
         caller = caller_of(key_file, key)
         now = time.time()
         for expires in (key.expires, caller.tenant.expires):

@@ -54,6 +54,19 @@ ON CONFLICT (scope, period) DO UPDATE SET
     tokens = tokens + excluded.tokens, nano_usd = nano_usd + excluded.nano_usd
 """
 CURRENT = "SELECT scope, period, tokens, nano_usd FROM usage WHERE period IN (?, ?, ?)"
+# Keys made by the admin API (edgegw.routes.admin): the key file's grammar for a key line
+# (`line`: its attributes, sha256= included), never the key itself.
+KEYS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS admin_keys (
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    line TEXT NOT NULL,
+    created REAL NOT NULL,
+    revoked REAL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID
+"""
+LIVE_KEYS = "SELECT tenant, name, line, created FROM admin_keys WHERE revoked IS NULL"
 
 
 def period_start(period: str, now: float) -> datetime:
@@ -111,6 +124,7 @@ def store_path(settings: Settings) -> Path | None:
 
 
 Totals = dict[tuple[str, str], list[int]]  # (scope, period key) -> [tokens, nano-USD]
+LiveKeys = dict[tuple[str, str], tuple[str, float]]  # (tenant, name) -> (line, created)
 
 
 class Usage:
@@ -127,6 +141,10 @@ class Usage:
         self._totals: Totals = {}
         self._added: dict[str, list[int]] = {}
         self._db: sqlite3.Connection | None = None
+        # The admin API's live keys, as the file last held them: (tenant, name) -> (line,
+        # created); re-read with every flush, so every worker sharing the file sees them.
+        self.admin_keys: LiveKeys = {}
+        self._lock = trio.Lock()  # one worker thread at a time on the connection
 
     def spent(self, scope: str, unit: str, period: str, now: float) -> int:
         i = 0 if unit == "tokens" else 1
@@ -185,7 +203,10 @@ class Usage:
             self._totals = current
             return
         try:
-            self._totals = await trio.to_thread.run_sync(self._write, rows, keys)
+            async with self._lock:
+                self._totals, self.admin_keys = await trio.to_thread.run_sync(
+                    self._write, rows, keys
+                )
         except BaseException:
             for scope, (tokens, nano) in added.items():  # written next time
                 self.add((scope,), tokens, nano)
@@ -200,13 +221,59 @@ class Usage:
         # In WAL mode NORMAL loses at most the last commits on power loss, never integrity.
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute(SCHEMA)
+        db.execute(KEYS_SCHEMA)
         db.commit()
         self._db = db
 
-    def _write(self, rows: Totals, keys: tuple[str, ...]) -> Totals:
+    def _write(self, rows: Totals, keys: tuple[str, ...]) -> tuple[Totals, LiveKeys]:
         db = self._db
         assert db is not None
         if rows:
             with db:
                 db.executemany(ADD, [(s, p, t, n) for (s, p), (t, n) in rows.items()])
-        return {(s, p): [t, n] for s, p, t, n in db.execute(CURRENT, keys)}
+        totals = {(s, p): [t, n] for s, p, t, n in db.execute(CURRENT, keys)}
+        return totals, {(t, n): (line, c) for t, n, line, c in db.execute(LIVE_KEYS)}
+
+    async def save_key(self, tenant: str, name: str, line: str) -> bool:
+        """Store an admin key's line; False when the tenant has a live key of that name."""
+        return await self._keys_call(self._save_key, tenant, name, line)
+
+    async def revoke_key(self, tenant: str, name: str) -> bool:
+        """Revoke an admin key; False when there is no such live key."""
+        return await self._keys_call(self._revoke_key, tenant, name)
+
+    async def _keys_call(self, fn: Callable[..., tuple[bool, LiveKeys]], *args: str) -> bool:
+        if self._db is None:
+            raise StoreError("the admin API needs the tenants' store (TENANTS_STORE_PATH)")
+        async with self._lock:
+            done, self.admin_keys = await trio.to_thread.run_sync(fn, *args)
+        return done
+
+    def _save_key(self, tenant: str, name: str, line: str) -> tuple[bool, LiveKeys]:
+        db = self._db
+        assert db is not None
+        with db:
+            live = db.execute(
+                "SELECT 1 FROM admin_keys WHERE tenant = ? AND name = ? AND revoked IS NULL",
+                (tenant, name),
+            ).fetchone()
+            if live is None:
+                db.execute(
+                    "INSERT OR REPLACE INTO admin_keys VALUES (?, ?, ?, ?, NULL)",
+                    (tenant, name, line, self._clock()),
+                )
+        return live is None, self._live()
+
+    def _revoke_key(self, tenant: str, name: str, _unused: str = "") -> tuple[bool, LiveKeys]:
+        db = self._db
+        assert db is not None
+        with db:
+            changed = db.execute(
+                "UPDATE admin_keys SET revoked = ? WHERE tenant = ? AND name = ? AND revoked IS NULL",
+                (self._clock(), tenant, name),
+            ).rowcount
+        return changed > 0, self._live()
+
+    def _live(self) -> LiveKeys:
+        assert self._db is not None
+        return {(t, n): (line, c) for t, n, line, c in self._db.execute(LIVE_KEYS)}
