@@ -153,6 +153,17 @@ async def test_redis_stopped_mid_run(
     closed = await start_gateway(
         nursery, env_for(mock, tmp_path, redis, text, TENANTS_REDIS_LIMITS_FAIL="closed")
     )
+    opened = await start_gateway(
+        nursery,
+        env_for(
+            mock,
+            tmp_path,
+            redis,
+            text,
+            TENANTS_REDIS_LIMITS_FAIL="open",
+            TENANTS_REDIS_BUDGETS_FAIL="open",
+        ),
+    )
     shared = await chat(gw.port, "sk-a")
     assert shared.status == 200
     assert shared.headers[b"x-ratelimit-remaining-requests"] == b"999"
@@ -167,6 +178,10 @@ async def test_redis_stopped_mid_run(
         resp = await chat(port, key)
         assert (resp.status, code_of(resp)) == (503, "tenant_store_unavailable"), key
         assert resp.headers[b"retry-after"] == b"1"
+    # Open: served without a limit (no rate-limit headers) and with its budget unchecked.
+    for key in ("sk-a", "sk-b"):
+        resp = await chat(opened.port, key)
+        assert resp.status == 200 and b"x-ratelimit-limit-requests" not in resp.headers, key
     await redis.start()  # the same port, empty: the gateways reconnect on their own
     with trio.fail_after(5):
         while (await chat(gw.port, "sk-b")).status != 200:  # noqa: ASYNC110

@@ -31,6 +31,7 @@ from edgegw.gateway import Gateway
 from edgegw.keyfile import NAME, PERIODS, KeyFileError, admin_keys, parse_key_file
 from edgegw.tenants.budgets import StoreError
 from edgegw.tenants.pricing import usd_text
+from edgegw.tenants.redis_link import RedisReplyError, RedisUnavailable
 
 # What a made key may carry besides its tenant and name (the key line's attributes).
 ATTRIBUTES = ("models", "expires", "rpm", "tpm", "concurrency", "budget_tokens", "budget_usd")
@@ -112,7 +113,12 @@ async def usage(gw: Gateway, call: Call) -> None:
 
     async def periods(scope: str) -> dict[str, dict[str, object]]:
         if tenancy.shared is not None:
-            counted = await tenancy.shared.usage(scope, now)
+            try:
+                counted = await tenancy.shared.usage(scope, now)
+            except (RedisUnavailable, RedisReplyError):
+                raise fail(
+                    "tenant_store_unavailable", "Redis, which holds the usage, did not answer."
+                ) from None
         else:
             counted = {
                 p: (

@@ -79,6 +79,15 @@ def period_start(period: str, now: float) -> datetime:
 
 
 def period_end(period: str, now: float) -> float:
+    return _day_ends(int(now // 86400))[period]
+
+
+@lru_cache(maxsize=4)
+def _day_ends(day: int) -> dict[str, float]:
+    return {p: _period_end(p, day * 86400.0) for p in PERIODS}
+
+
+def _period_end(period: str, now: float) -> float:
     start = period_start(period, now)
     if period == "day":
         return (start + timedelta(days=1)).timestamp()
