@@ -12,6 +12,7 @@ anywhere (a deadline, a cancellation, a half-read reply) is closed, never pooled
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,31 @@ class RedisLink:
         try:
             with trio.fail_after(self.timeout_s):
                 return await self._call(encode(args))
+        except trio.TooSlowError:
+            raise RedisUnavailable(f"no answer within {self.timeout_s:g} s") from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as e:
+            raise RedisUnavailable(getattr(e, "strerror", None) or type(e).__name__) from None
+
+    async def pipeline(
+        self, commands: Sequence[tuple[bytes | str | int, ...]]
+    ) -> list[Reply | Exception]:
+        """Several commands in one write, their replies (or reply errors) in order."""
+        try:
+            with trio.fail_after(self.timeout_s):
+                conn = self._idle.pop() if self._idle else await self._connect()
+                try:
+                    await conn.stream.send_all(b"".join(encode(c) for c in commands))
+                    replies: list[Reply | Exception] = []
+                    for _ in commands:
+                        try:
+                            replies.append(await conn.reply())
+                        except RedisReplyError as e:
+                            replies.append(e)
+                except BaseException:
+                    conn.stream.socket.close()
+                    raise
+                self._keep(conn)
+                return replies
         except trio.TooSlowError:
             raise RedisUnavailable(f"no answer within {self.timeout_s:g} s") from None
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as e:

@@ -28,6 +28,8 @@ log = logging.getLogger("edgegw.tenants")
 PREFIX = "edgegw:"
 # A request's concurrency slot expires after this, should its gateway never release it.
 CONCURRENCY_LEASE_S = 900
+# Settlements sent in one write at most.
+SETTLE_BATCH = 64
 # How long a period's usage stays readable after the period.
 USAGE_KEPT_S = 35 * 86400
 # Settlements waiting for Redis (sent off the request path); past it they are dropped.
@@ -207,16 +209,32 @@ class SharedLimits:
             log.warning("tenants' settlements queue is full: one dropped (Redis too slow?)")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Send queued settlements, one at a time, until cancelled."""
+        """Send queued settlements until cancelled: those waiting together in one write
+        (a busy gateway pays one round trip for many)."""
         task_status.started()
         try:
-            async for keys, args in self._receive:
-                try:
-                    await self.link.evalsha(SETTLE, keys, args)
-                except (RedisUnavailable, RedisReplyError) as e:
-                    log.warning("a request's usage was not settled in Redis (%s)", e)
+            async for first in self._receive:
+                batch = [first]
+                while len(batch) < SETTLE_BATCH:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                await self._settle(batch)
         finally:
             self.link.close()
+
+    async def _settle(self, batch: list[tuple[list[str], list[str | int]]]) -> None:
+        commands = [("EVALSHA", SETTLE.sha, len(k), *k, *a) for k, a in batch]
+        try:
+            replies = await self.link.pipeline(commands)
+            for (keys, args), reply in zip(batch, replies, strict=True):
+                if isinstance(reply, RedisReplyError) and str(reply).startswith("NOSCRIPT"):
+                    await self.link.evalsha(SETTLE, keys, args)  # loads it for the next
+                elif isinstance(reply, Exception):
+                    raise reply
+        except (RedisUnavailable, RedisReplyError) as e:
+            log.warning("%d request(s)' usage not settled in Redis (%s)", len(batch), e)
 
     async def usage(self, scope: str, now: float) -> dict[str, tuple[int, int]]:
         """The usage of `scope` in the current periods: period -> (tokens, nano-USD)."""
