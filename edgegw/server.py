@@ -98,8 +98,10 @@ async def serve(
             await nursery.start(gw.tenancy.usage.run)
             if gw.tenancy.shared is not None:  # settlements sent to Redis off the request path
                 await nursery.start(gw.tenancy.shared.run)
-            if settings.key_file.has_tenants:  # prices for the tenants' costs, off the start
-                nursery.start_soon(gw.catalog.community.ready)
+            if settings.key_file.has_tenants:
+                # Prices for the tenants' costs, loaded (in a thread) before the freeze below:
+                # loaded later, its objects would be walked by every full collection.
+                await gw.catalog.community.ready()
             if gw.verifier is not None:  # OIDC discovery and keys; an unusable issuer stops here
                 await nursery.start(gw.verifier.run)
             if settings.local_models:

@@ -322,6 +322,7 @@ class Ticket:
         "prompt_tokens",
         "headers",
         "shared",
+        "_priced",
         "_open",
     )
 
@@ -344,11 +345,13 @@ class Ticket:
         self.headers = headers
         # What Redis charged (edgegw.tenants.shared), settled there.
         self.shared: Admitted | None = None
+        self._priced: tuple[dict[str, Any], int | None] | None = None
         self._open = True
 
     def cost_headers(self, usage: dict[str, Any]) -> Headers:
         """`x-edgegw-cost-usd` for an answer's usage, when the model has a price."""
         nano = self._tenancy.prices.cost_nano(self.model, usage)
+        self._priced = (usage, nano)  # the same answer's settle needs it again
         return () if nano is None else ((b"x-edgegw-cost-usd", usd_text(nano).encode()),)
 
     def settle(self, outcome: Outcome | None) -> tuple[int, int | None]:
@@ -371,7 +374,11 @@ class Ticket:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": used - self.prompt_tokens,
             }
-        nano = tenancy.prices.cost_nano(self.model, usage)
+        priced = self._priced
+        if priced is not None and priced[0] is usage:
+            nano = priced[1]
+        else:
+            nano = tenancy.prices.cost_nano(self.model, usage)
         if self.shared is not None and tenancy.shared is not None:
             back = self.estimate - used
             tenancy.shared.settle(self.shared, self._scopes, back, used, nano or 0, tenancy._wall())
