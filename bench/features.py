@@ -19,7 +19,9 @@ cost each feature's median puts over ``off``'s:
   ``tenants``;
 - ``tenants``: the same key as a tenant's in the key file, with every limit (rpm, tpm,
   concurrency) and both budgets set on the tenant and the key (never reached), the model
-  priced (MODEL_PRICES) and the usage written to SQLite every second.
+  priced (MODEL_PRICES) and the usage written to SQLite every second;
+- ``tenants_redis``: the same through Redis (TENANTS_REDIS_URL: a redis-server on core 0
+  with the mock): a script round trip to admit each request, one more to settle it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import hashlib
 import json
 import os
 import random
+import shutil
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,7 @@ from bench.harness import (
     generate,
     go_mock,
     per_request_us,
+    process,
     scratch_dir,
     spread,
     wait_quiet,
@@ -63,13 +68,24 @@ main := {"action": "block", "message": "no forbidden words"} if {
     "email" in input.detected
 } else := {"action": "allow"}
 """
-FEATURES = ("off", "tracing", "access_log", "guardrails", "routing", "keys", "tenants")
+FEATURES = (
+    "off",
+    "tracing",
+    "access_log",
+    "guardrails",
+    "routing",
+    "keys",
+    "tenants",
+    "tenants_redis",
+)
 KEY = "sk-bench-tenant-key"
 LIMITS = "rpm=1000000000 tpm=1000000000000 concurrency=1000000"
 BUDGETS = "budget_tokens=1e15/month budget_usd=1000000000/day"
 
 
-def _configs(work: Path, mock_port: int) -> dict[str, tuple[dict[str, str], bytes]]:
+def _configs(
+    work: Path, mock_port: int, redis_port: int
+) -> dict[str, tuple[dict[str, str], bytes]]:
     """Each configuration's environment and request body (`keys` and `tenants` send KEY)."""
     policies = work / "policies"
     policies.mkdir(exist_ok=True)
@@ -112,6 +128,10 @@ def _configs(work: Path, mock_port: int) -> dict[str, tuple[dict[str, str], byte
         ),
         "keys": ({**base, "EDGEGW_API_KEYS": KEY}, CHAT),
         "tenants": (tenants, CHAT),
+        "tenants_redis": (
+            {**tenants, "TENANTS_REDIS_URL": f"redis://127.0.0.1:{redis_port}"},
+            CHAT,
+        ),
     }
 
 
@@ -120,12 +140,12 @@ def run(ns: argparse.Namespace) -> Result:
     binary = gopeer.build()
     quiet = wait_quiet(max_wait_s=ns.max_wait)
     work = scratch_dir()
-    mock_port = free_port()
-    configs = _configs(work, mock_port)
+    mock_port, redis_port = free_port(), free_port()
+    configs = _configs(work, mock_port, redis_port)
     bodies = {name: body_file(work, name, body) for name, (_, body) in configs.items()}
     cells: dict[str, list[float | None]] = {name: [] for name in ns.features}
     rps: dict[str, list[float]] = {name: [] for name in ns.features}
-    with go_mock(binary, mock_port):
+    with go_mock(binary, mock_port), _redis(redis_port, "tenants_redis" in ns.features):
         for round_ in range(ns.rounds):
             order = list(ns.features)
             random.shuffle(order)
@@ -135,7 +155,7 @@ def run(ns: argparse.Namespace) -> Result:
                     args = ["load", "--port", str(port), "--body-file", bodies[name],
                             "--connections", str(ns.connections), "--seconds", str(ns.seconds),
                             "--warmup-s", str(ns.warmup_s)]  # fmt: skip
-                    if name in ("keys", "tenants"):
+                    if name in ("keys", "tenants", "tenants_redis"):
                         args += ["--header", f"Authorization: Bearer {KEY}"]
                     r = generate(binary, args, gw.pid)
                 assert r["errors"] == 0 and r["ok"], (name, r["errors_by_kind"])
@@ -156,6 +176,17 @@ def run(ns: argparse.Namespace) -> Result:
     print(f"off: {off} µs CPU a request; added: "
           + ", ".join(f"{k} {v['us']:+} µs ({v['percent']:+} %)" for k, v in added.items()))  # fmt: skip
     return out
+
+
+def _redis(port: int, wanted: bool) -> AbstractContextManager[object]:
+    """redis-server on core 0 beside the mock, when a configuration needs it."""
+    if not wanted:
+        return nullcontext()
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("tenants_redis needs redis-server on PATH (Debian: redis-server)")
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    return process(args, CORE_A, port=port, exe=binary)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
