@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgegw.auth.client_keys import ClientKeys
@@ -115,7 +114,7 @@ def build_gateway(
         intake=Intake(
             settings.max_bodies, settings.max_bodies_per_client, settings.max_body_bytes_in_progress
         ),
-        client_keys=ClientKeys(settings, lambda: tenancy.usage.admin_keys),
+        client_keys=ClientKeys(settings, lambda: tenancy.admin_keys),
         tenancy=tenancy,
         verifier=_verifier(settings, pool),
         mcp=_mcp_client(settings),
@@ -134,10 +133,9 @@ def _tenancy(settings: Settings, prices: Prices) -> Tenancy:
     from edgegw.tenants.shared import SharedLimits
 
     link = RedisLink(parse_redis_url(settings.tenants_redis_url), settings.tenants_redis_timeout_s)
-    # Redis holds the usage; a store named outright still holds the admin API's keys.
-    path = settings.tenants_store_path
+    # Redis holds the usage and the admin API's keys.
     return Tenancy(
-        Usage(None if path is None else Path(path), time.time),
+        Usage(None, time.time),
         prices,
         shared=SharedLimits(link),
         limits_fail=settings.tenants_redis_limits_fail,

@@ -127,3 +127,15 @@ async def test_without_an_admin_key_there_is_no_admin_api(
     del env["TENANTS_ADMIN_KEY"]
     gw = await start_gateway(nursery, env)
     assert error_of(await admin(gw, "GET", "/admin/keys"))[:2] == (404, "not_found")
+
+
+async def test_with_the_admin_api_on_no_request_passes_without_a_key(
+    nursery: trio.Nursery, mock: MockUpstream, tmp_path: Path
+) -> None:
+    env = env_for(mock, tmp_path)
+    (tmp_path / "keys").write_text("tenant team\n")  # no key of any kind yet
+    gw = await start_gateway(nursery, env)
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert error_of(resp)[:2] == (401, "invalid_api_key")
+    made = await admin(gw, "POST", "/admin/keys", {"tenant": "team", "name": "first"})
+    assert (await chat(gw, orjson.loads(made.body)["key"])).status == 200

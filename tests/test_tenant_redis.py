@@ -199,3 +199,29 @@ def test_the_redis_settings() -> None:
         Settings.load(environ={"TENANTS_REDIS_URL": "redis://h", "TENANTS_REDIS_LIMITS_FAIL": "x"})
     warnings = Settings.load(environ={"TENANTS_REDIS_TIMEOUT": "1s"}).start_warnings
     assert any("TENANTS_REDIS_TIMEOUT" in w and "TENANTS_REDIS_URL" in w for w in warnings)
+
+
+async def test_a_key_made_through_one_gateway_admits_at_the_others(
+    nursery: trio.Nursery, mock: MockUpstream, tmp_path: Path, redis: RedisServer
+) -> None:
+    admin_key = "admin-credential-0123456789"
+    env = env_for(mock, tmp_path, redis, "tenant t rpm=100\n", TENANTS_ADMIN_KEY=admin_key)
+    one = await start_gateway(nursery, env)
+    two = await start_gateway(nursery, env)
+    auth = [("authorization", f"Bearer {admin_key}")]
+    made = await request(
+        one.port, "POST", "/admin/keys", orjson.dumps({"tenant": "t", "name": "ci"}), auth
+    )
+    assert made.status == 201, made.body
+    key = orjson.loads(made.body)["key"]
+    assert (await chat(one.port, key)).status == 200  # at once where it was made
+    with trio.fail_after(5):  # the others re-read the keys each second
+        while (await chat(two.port, key)).status != 200:  # noqa: ASYNC110
+            await trio.sleep(0.05)
+    listed = orjson.loads((await request(two.port, "GET", "/admin/keys", b"", auth)).body)
+    assert [(d["name"], d["source"]) for d in listed["data"]] == [("ci", "admin")]
+    gone = await request(two.port, "DELETE", "/admin/keys?tenant=t&name=ci", b"", auth)
+    assert gone.status == 200
+    with trio.fail_after(5):
+        while (await chat(one.port, key)).status != 401:  # noqa: ASYNC110
+            await trio.sleep(0.05)

@@ -49,6 +49,7 @@ class ClientKeys:
         "_admin_lines",
         "_admin_seen",
         "_admin",
+        "_admin_api",
     )
 
     def __init__(
@@ -60,6 +61,8 @@ class ClientKeys:
         self._admin_lines = admin_lines
         self._admin_seen: object = None
         self._admin: Mapping[bytes, Key] = {}
+        # With the admin API on, keys are required even before it has made one.
+        self._admin_api = settings.tenants_admin_key is not None
         self.current: KeyFile = settings.key_file
         self._fixed = settings.api_keys_fixed
         self._path = settings.api_keys_file
@@ -71,7 +74,7 @@ class ClientKeys:
 
     @property
     def required(self) -> bool:
-        return bool(self.current.keys) or bool(self._admin_lines())
+        return bool(self.current.keys) or self._admin_api
 
     def _admin_keys(self) -> Mapping[bytes, Key]:
         lines = self._admin_lines()

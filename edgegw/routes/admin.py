@@ -11,7 +11,8 @@ routes do not exist, 404):
                                            and month
 
 Keys made here are stored as their key line (the SHA-256, never the key) in the tenants'
-store (TENANTS_STORE_PATH), which every worker sharing the file re-reads each second.
+store: the SQLite file (TENANTS_STORE_PATH), which every worker sharing it re-reads each
+second, or with TENANTS_REDIS_URL a Redis hash, which every gateway re-reads each second.
 Client authentication does not apply to these routes (app.py): the admin key does.
 """
 
@@ -74,7 +75,7 @@ async def create_key(gw: Gateway, call: Call) -> None:
         parse_key_file(f"tenant {tenant}\n{line}", var="admin key")
     except KeyFileError as e:
         raise fail("invalid_request", str(e).replace("admin key line 2: ", "")) from None
-    if not await _store(gw.tenancy.usage.save_key, tenant, name, line):
+    if not await _store(gw.tenancy.save_key, tenant, name, line):
         raise fail("invalid_request", f"{tenant} has a key {name} already.", param="name")
     answer = {"tenant": tenant, "name": name, "key": key, "created": int(time.time())}
     await call.respond_json(201, orjson.dumps(answer))
@@ -86,7 +87,7 @@ async def list_keys(gw: Gateway, call: Call) -> None:
         {"tenant": k.tenant, "name": k.name, "source": "file"}
         for k in gw.client_keys.current.keys.values()
     ]
-    for (tenant, name), (_, created) in sorted(gw.tenancy.usage.admin_keys.items()):
+    for (tenant, name), (_, created) in sorted(gw.tenancy.admin_keys.items()):
         data.append({"tenant": tenant, "name": name, "source": "admin", "created": int(created)})
     await call.respond_json(200, orjson.dumps({"object": "list", "data": data}))
 
@@ -94,7 +95,7 @@ async def list_keys(gw: Gateway, call: Call) -> None:
 async def revoke_key(gw: Gateway, call: Call) -> None:
     _admitted(gw, call)
     tenant, name = _query(call, "tenant"), _query(call, "name")
-    if not await _store(gw.tenancy.usage.revoke_key, tenant, name):
+    if not await _store(gw.tenancy.revoke_key, tenant, name):
         raise fail("not_found", f"No admin key {name} of {tenant}.")
     await call.respond_json(200, orjson.dumps({"tenant": tenant, "name": name, "revoked": True}))
 
@@ -164,3 +165,7 @@ async def _store(fn: Any, tenant: str, name: str, *more: str) -> bool:
         return bool(await fn(tenant, name, *more))
     except StoreError as e:
         raise fail("not_implemented", str(e)) from None
+    except (RedisUnavailable, RedisReplyError):
+        raise fail(
+            "tenant_store_unavailable", "Redis, which holds the keys, did not answer."
+        ) from None

@@ -25,7 +25,7 @@ import trio
 from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, Headers, fail
 from edgegw.keyfile import Budget, Caller, Limits
-from edgegw.tenants.budgets import Usage, period_end
+from edgegw.tenants.budgets import LiveKeys, Usage, period_end
 from edgegw.tenants.limits import Bucket, duration_text, reset_s, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
 from edgegw.tenants.redis_link import RedisUnavailable
@@ -100,6 +100,23 @@ class Tenancy:
                 return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
             # This process's own limits, as a stop-gap (budgets: skipped, or refused above).
             return self._admit_here(caller, model, scopes, prompt_tokens, estimate, False)
+
+    @property
+    def admin_keys(self) -> LiveKeys:
+        """The admin API's live keys: Redis' with TENANTS_REDIS_URL, else the SQLite store's."""
+        return self.usage.admin_keys if self.shared is None else self.shared.admin_keys
+
+    async def save_key(self, tenant: str, name: str, line: str) -> bool:
+        """Store an admin key's line; False when the tenant has a live key of that name.
+        Raises StoreError without a store, RedisUnavailable when Redis does not answer."""
+        if self.shared is None:
+            return await self.usage.save_key(tenant, name, line)
+        return await self.shared.save_key(tenant, name, line)
+
+    async def revoke_key(self, tenant: str, name: str) -> bool:
+        if self.shared is None:
+            return await self.usage.revoke_key(tenant, name)
+        return await self.shared.revoke_key(tenant, name)
 
     def _admit_here(
         self,

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import math
 import secrets
+import time
 from dataclasses import dataclass
 
+import orjson
 import trio
 
 from edgegw.keyfile import PERIODS, Budget, Caller, Limits
-from edgegw.tenants.budgets import period_end, period_key
+from edgegw.tenants.budgets import FLUSH_S, LiveKeys, period_end, period_key
 from edgegw.tenants.redis_link import RedisLink, RedisReplyError, RedisUnavailable, Script
 
 log = logging.getLogger("edgegw.tenants")
@@ -28,6 +30,8 @@ log = logging.getLogger("edgegw.tenants")
 PREFIX = "edgegw:"
 # A request's concurrency slot expires after this, should its gateway never release it.
 CONCURRENCY_LEASE_S = 900
+# The admin API's keys: tenant/name -> {"line", "created"}.
+KEYS_HASH = PREFIX + "keys"
 # Settlements sent in one write at most.
 SETTLE_BATCH = 64
 # How long a period's usage stays readable after the period.
@@ -155,6 +159,9 @@ class SharedLimits:
 
     def __init__(self, link: RedisLink) -> None:
         self.link = link
+        # The admin API's live keys as Redis last held them (`edgegw:keys`), re-read every
+        # FLUSH_S, so that a key made or revoked through one gateway holds for all.
+        self.admin_keys: LiveKeys = {}
         send, receive = trio.open_memory_channel[tuple[list[str], list[str | int]]](
             MAX_PENDING_SETTLES
         )
@@ -209,20 +216,56 @@ class SharedLimits:
             log.warning("tenants' settlements queue is full: one dropped (Redis too slow?)")
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Send queued settlements until cancelled: those waiting together in one write
-        (a busy gateway pays one round trip for many)."""
+        """Send queued settlements until cancelled, those waiting together in one write (a
+        busy gateway pays one round trip for many); re-read the admin keys every FLUSH_S."""
         task_status.started()
         try:
-            async for first in self._receive:
-                batch = [first]
-                while len(batch) < SETTLE_BATCH:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                await self._settle(batch)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._refresh_keys)
+                await self._send_settlements()
         finally:
             self.link.close()
+
+    async def _send_settlements(self) -> None:
+        async for first in self._receive:
+            batch = [first]
+            while len(batch) < SETTLE_BATCH:
+                try:
+                    batch.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            await self._settle(batch)
+
+    async def _refresh_keys(self) -> None:
+        while True:
+            try:
+                await self.read_keys()
+            except (RedisUnavailable, RedisReplyError) as e:
+                log.warning("the admin API's keys not re-read from Redis (%s)", e)
+            await trio.sleep(FLUSH_S)
+
+    async def read_keys(self) -> None:
+        reply = await self.link.call("HGETALL", KEYS_HASH)
+        assert isinstance(reply, list)
+        live: LiveKeys = {}
+        for field, value in zip(reply[::2], reply[1::2], strict=True):
+            assert isinstance(field, bytes) and isinstance(value, bytes)
+            tenant, _, name = field.decode().partition("/")
+            doc = orjson.loads(value)
+            live[(tenant, name)] = (doc["line"], doc["created"])
+        self.admin_keys = live
+
+    async def save_key(self, tenant: str, name: str, line: str) -> bool:
+        """An admin key's line into Redis; False when the tenant has one of that name."""
+        doc = orjson.dumps({"line": line, "created": time.time()})
+        made = await self.link.call("HSETNX", KEYS_HASH, f"{tenant}/{name}", doc)
+        await self.read_keys()
+        return made == 1
+
+    async def revoke_key(self, tenant: str, name: str) -> bool:
+        gone = await self.link.call("HDEL", KEYS_HASH, f"{tenant}/{name}")
+        await self.read_keys()
+        return gone == 1
 
     async def _settle(self, batch: list[tuple[list[str], list[str | int]]]) -> None:
         commands = [("EVALSHA", SETTLE.sha, len(k), *k, *a) for k, a in batch]
