@@ -168,7 +168,8 @@ def _command(argv: Sequence[str] | None) -> int:
 
         for message in settings.start_warnings:  # once per machine, not once per worker
             logging.getLogger("edgegw.settings").warning("%s", message)
-        if warning := exposure(settings.host, bool(settings.api_keys or settings.auth_enabled)):
+        keyed = settings.key_file.keys or settings.tenants_admin_key  # hashed keys count too
+        if warning := exposure(settings.host, bool(keyed or settings.auth_enabled)):
             logging.getLogger("edgegw.settings").warning("%s", warning)
     try:
         if args.command == "serve":

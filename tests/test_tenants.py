@@ -514,3 +514,45 @@ async def test_a_local_models_tokenizer_counts_the_prompt_of_the_estimate(
     assert resp.headers[b"x-ratelimit-remaining-tokens"] == b"%d" % (1000 - (2 + 3 + 16))
     resp = await chat(gw, "sk-r", body)
     assert (resp.status, code_of(resp)) == (403, "model_not_in_scope")
+
+
+async def test_hashed_keys_alone_count_as_client_authentication_at_start(
+    tmp_path: Path,
+) -> None:
+    """`edgegw serve` on a non-loopback address warns when nobody is asked for a key; a key
+    file of tenants and hashed keys asks."""
+    import subprocess
+    import sys
+
+    from .redis_server import _free_port
+
+    keys = tmp_path / "keys"
+    keys.write_text(f"tenant t\nkey k tenant=t sha256={sha('sk-k')}\n")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "SERVER_HOST": "0.0.0.0",  # noqa: S104 (what the warning is about)
+        "SERVER_PORT": str(port),
+        "EDGEGW_API_KEYS_FILE": str(keys),
+        "TENANTS_STORE_PATH": str(tmp_path / "usage.sqlite3"),
+    }
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "edgegw", "serve", "--workers", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with trio.fail_after(20):
+            while True:
+                try:
+                    if (await request(port, "GET", "/health")).status == 200:
+                        break
+                except OSError:
+                    await trio.sleep(0.1)
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert proc.stderr is not None
+    stderr = (await proc.stderr.receive_some(1 << 20)).decode()
+    assert "no client authentication" not in stderr
