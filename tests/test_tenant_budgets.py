@@ -250,3 +250,22 @@ async def test_the_server_span_names_the_tenant_key_and_cost(
     assert server.attributes["edgegw.key"] == "ci"
     assert server.attributes["edgegw.tokens"] == usage["total_tokens"]
     assert server.attributes["edgegw.cost_usd"] == float(resp.headers[b"x-edgegw-cost-usd"])
+
+
+def test_the_store_is_kept_where_something_must_survive_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgegw.tenants.budgets import store_path
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    keys = tmp_path / "keys"
+
+    def path_for(text: str, **env: str) -> Path | None:
+        keys.write_text(text)
+        return store_path(Settings.load(environ={"EDGEGW_API_KEYS_FILE": str(keys), **env}))
+
+    assert path_for("tenant t rpm=5\n") is None  # limits only: nothing to keep
+    assert path_for("tenant t budget_usd=5/day\n") == tmp_path / "edgegw" / "tenants.sqlite3"
+    admin = {"TENANTS_ADMIN_KEY": "admin-credential-0123456789"}
+    assert path_for("tenant t\n", **admin) == tmp_path / "edgegw" / "tenants.sqlite3"
+    assert path_for("tenant t\n", TENANTS_STORE_PATH=str(tmp_path / "x.db")) == tmp_path / "x.db"

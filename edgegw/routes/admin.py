@@ -30,7 +30,6 @@ from edgegw.asgi import Call
 from edgegw.errors import fail
 from edgegw.gateway import Gateway
 from edgegw.keyfile import NAME, PERIODS, KeyFileError, admin_keys, parse_key_file
-from edgegw.tenants.budgets import StoreError
 from edgegw.tenants.pricing import usd_text
 from edgegw.tenants.redis_link import RedisReplyError, RedisUnavailable
 
@@ -163,8 +162,6 @@ def _query(call: Call, name: str) -> str:
 async def _store(fn: Any, tenant: str, name: str, *more: str) -> bool:
     try:
         return bool(await fn(tenant, name, *more))
-    except StoreError as e:
-        raise fail("not_implemented", str(e)) from None
     except (RedisUnavailable, RedisReplyError):
         raise fail(
             "tenant_store_unavailable", "Redis, which holds the keys, did not answer."

@@ -125,11 +125,12 @@ class StoreError(SettingsError):
 
 
 def store_path(settings: Settings) -> Path | None:
-    """TENANTS_STORE_PATH; else, when the key file defines tenants, the data directory's
-    file; else None (usage in memory only)."""
+    """TENANTS_STORE_PATH; else, when the key file sets a budget or the admin API is on
+    (what must survive a restart), the data directory's file; else None (in memory)."""
     if settings.tenants_store_path is not None:
         return Path(settings.tenants_store_path)
-    return default_store_path() if settings.key_file.has_tenants else None
+    wanted = settings.key_file.has_budgets or settings.tenants_admin_key is not None
+    return default_store_path() if wanted else None
 
 
 Totals = dict[tuple[str, str], list[int]]  # (scope, period key) -> [tokens, nano-USD]
@@ -252,8 +253,7 @@ class Usage:
         return await self._keys_call(self._revoke_key, tenant, name)
 
     async def _keys_call(self, fn: Callable[..., tuple[bool, LiveKeys]], *args: str) -> bool:
-        if self._db is None:
-            raise StoreError("the admin API needs the tenants' store (TENANTS_STORE_PATH)")
+        assert self._db is not None  # the admin API on, the store is opened (store_path)
         async with self._lock:
             done, self.admin_keys = await trio.to_thread.run_sync(fn, *args)
         return done
