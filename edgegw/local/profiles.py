@@ -1,45 +1,17 @@
 """Local model profiles: the models served by SGLang workers on local GPUs.
 
-Declared in the config file under `local_models`, either as a list of profiles or as the
-path of a directory holding one YAML file per model (relative paths are relative to the
-config file). A profile that cannot be used stops the start with a message naming the
-file, the model and the key:
+Declared in the config file under `local_models`, as a list of profiles or as the path of a
+directory of one YAML file per model (relative to the config file); README's "Local models"
+has every key with an example. A profile that cannot be used stops the start with a message
+naming the file, the model and the key:
 
     edgegw.yaml: model 'qwen3-8b': workers[0].url: expected an http:// or https:// URL
 
-Example (every key but `name` and `workers` is optional):
-
-    local_models:
-      - name: qwen3-8b                     # what clients send as "model"
-        served_model_name: Qwen/Qwen3-8B   # what the workers list and are sent (default: name)
-        workers:
-          - {url: "http://10.0.0.5:30000", pool: default, machine_profile: h100}
-        tokenizer: tokenizers/qwen3.json   # tokenizer.json, for counting tokens
-        context_window: 32768
-        max_output_tokens: 8192
-        inputs: {image: false}
-        chat_template_kwargs: {enable_thinking: false}
-        lora_adapters: [sql-lora]
-        default_sampling: {temperature: 0.7}
-        timeouts: {first_chunk_s: 90, inter_chunk_s: 15, overall_s: 600}
-        remote_fallback: openai/gpt-4o-mini
-        triggers: [provisioning, model_loading]   # the local states that fall back
-        profiles: {local: h100, remote: cloud}    # names for `model:profile` (these defaults)
-        capabilities: {tools: true, grammar: [json_schema, regex, ebnf]}
-        stop_tokens: ["<|im_end|>"]               # appended to every request's stop
-
-`triggers` names the local states in which a request for the model's name goes to
-`remote_fallback` (SIE's fallback reasons): `provisioning` (no worker has passed a health
-check), `model_loading` (a worker answers but has not loaded the model), `saturated`,
-`unhealthy`. Absent, it is SIE's default, `provisioning` and `model_loading`. `workers` may
-be empty for a model with a `remote_fallback` (it is provisioning until workers are listed).
-`qwen3-8b:h100` names the local profile (served locally, never falling back) and
-`qwen3-8b:cloud` the remote one (served by `remote_fallback`, with no fallback reason).
-`capabilities` gate `tools` and the constrained-decoding `response_format`s (absent: all).
-`served_model_name` is the name the workers list in `/v1/models` and are sent as `model`:
-SGLang's `--served-model-name`, which SIE sets to the profile's name (the default here); a
-worker launched without it lists its model path, and is not routed to until the profile
-names that path.
+`triggers` are the local states that send a request to `remote_fallback` (SIE's fallback
+reasons; default provisioning and model_loading); `name:local` / `name:remote` (renamed
+by `profiles`) pin one side. `served_model_name` is SGLang's `--served-model-name`, which
+SIE sets to the profile's name (the default here): a worker that lists another name is not
+routed to.
 """
 
 from __future__ import annotations
