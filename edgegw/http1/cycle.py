@@ -11,8 +11,8 @@ run in the connection's own task (no task per request).
   HTTP/1.1, else to the end of the connection for HTTP/1.0; none for HEAD, 204, 304); a
   whole answer (Content-Length known) leaves in one write with its head. h11 parses the
   request and frames its body; the response side is a few lines of bytes rather than
-  h11's state machine, which cost about a fifth of the layer's CPU per request (cProfile
-  of the bare app: 27 % more requests in the same time without it). Keep-alive follows
+  h11's state machine, which cost about a fifth of the layer's CPU per request
+  (bench/README.md). Keep-alive follows
   h11's rule: HTTP/1.1, and no `Connection: close` from either side.
 - A write that makes no progress for `write_stall_timeout_s` closes the connection and cancels
   the request's scope, so its upstream exchange is cancelled too. After the client went

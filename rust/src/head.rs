@@ -26,16 +26,8 @@
 //!
 //! No message names a header value: the client's bytes are never echoed.
 //!
-//! Cost of screening the 300-byte head of `tests::typical_head_cost` (an OpenAI SDK's
-//! shape: 9 fields, keep-alive, Content-Length), on this 2-core shared machine:
-//!   - callgrind, `cargo test --release --lib --no-run`, then the test binary under
-//!     `valgrind --tool=callgrind ... head::tests::typical_head_cost --ignored --exact`:
-//!     7,211,000 instructions inclusive for 1,000 calls, so about 7,200 per head (24 per
-//!     byte; it is one pass per line plus one over each value);
-//!   - through the binding, `timeit` of `screen_request_head(head, 16384)`, 5 runs of
-//!     200,000 calls: median 2.8 µs per call, best 1.7 µs (most of it the HeadInfo object
-//!     and its three bytes), against 27 µs for the pure-Python screen of edgegw/http1/
-//!     screen.py and 108 µs for h11 parsing the same head.
+//! One pass per line plus one over each value (`tests::typical_head_cost` measures it; its
+//! figures are in bench/README.md).
 
 use crate::error::{HeadFault, Rejection};
 
