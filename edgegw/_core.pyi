@@ -13,6 +13,7 @@ __all__ = [
     "SseEvent",
     "SseSplitter",
     "ResponseParser",
+    "RequestBody",
     "ResponseFeed",
     "ResponseHead",
     "parse_chat_request",
@@ -181,6 +182,16 @@ class ResponseParser:
     @property
     def done(self) -> bool: ...
 
+# A request's body framing after its screened head; malformed chunks raise
+# UpstreamProtocolError. `take_trailing()`: the bytes after the body (a pipelined request).
+@final
+class RequestBody:
+    def __new__(cls, content_length: int | None, chunked: bool) -> Self: ...
+    def feed(self, data: bytes | bytearray) -> ResponseFeed: ...
+    @property
+    def done(self) -> bool: ...
+    def take_trailing(self) -> bytes: ...
+
 @final
 class PassthroughRequest:
     @property
@@ -232,6 +243,8 @@ class HeadInfo:
     def expect_continue(self) -> bool: ...  # Expect: 100-continue, HTTP/1.1 only
     @property
     def upgrade(self) -> bool: ...  # an Upgrade field is present
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]: ...  # (lower-cased name, value), in order
 
 # `head`: the request line to the CRLF CRLF that ends the head, included. Raises
 # RequestError: 431 head_too_large | too_many_headers; 400 incomplete_head | bad_line_ending |

@@ -52,6 +52,8 @@ pub struct HeadInfo<'a> {
     pub expect_continue: bool,
     /// An Upgrade field is present.
     pub upgrade: bool,
+    /// The field lines in order: (name as sent, value without its surrounding whitespace).
+    pub fields: Vec<(&'a [u8], &'a [u8])>,
 }
 
 /// RFC 9110 §5.6.2 tchar: ALPHA, DIGIT and these.
@@ -199,6 +201,7 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
     let mut hosts = 0usize;
     let (mut close, mut keep_alive_token) = (false, false);
     let (mut expect_continue, mut upgrade) = (false, false);
+    let mut fields = Vec::with_capacity(16);
     for (count, line) in lines.enumerate() {
         let line = line?;
         if count == MAX_HEADER_LINES {
@@ -221,6 +224,7 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
             return Err(HeadFault::BadHeaderValue);
         }
         let value = trim_ows(raw);
+        fields.push((name, value));
         // The names the screen reads, by length first: most fields are none of them.
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => hosts += 1,
@@ -276,6 +280,7 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
         keep_alive: !close && (http11 || keep_alive_token),
         expect_continue: http11 && expect_continue,
         upgrade,
+        fields,
     })
 }
 

@@ -540,6 +540,38 @@ mod binding {
         }
     }
 
+    /// A request's body framing, its head screened: `feed(bytes) -> ResponseFeed` (`.body`,
+    /// `.done`), `done`, `take_trailing()` (what came after the body: the next request).
+    /// Malformed chunked framing raises `UpstreamProtocolError`.
+    #[pyclass(module = "edgegw._core")]
+    struct RequestBody {
+        inner: http1::ResponseParser,
+    }
+
+    #[pymethods]
+    impl RequestBody {
+        #[new]
+        fn new(content_length: Option<u64>, chunked: bool) -> Self {
+            RequestBody {
+                inner: http1::ResponseParser::request_body(content_length, chunked),
+            }
+        }
+
+        fn feed(&mut self, py: Python<'_>, data: Cow<'_, [u8]>) -> PyResult<ResponseFeed> {
+            let p = self.inner.feed(&data)?;
+            ResponseParser::convert(py, p)
+        }
+
+        #[getter]
+        fn done(&self) -> bool {
+            self.inner.is_done()
+        }
+
+        fn take_trailing<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+            PyBytes::new(py, &self.inner.take_trailing())
+        }
+    }
+
     #[pymethods]
     impl ResponseParser {
         #[new]
@@ -592,6 +624,9 @@ mod binding {
         expect_continue: bool,
         #[pyo3(get)]
         upgrade: bool,
+        /// The field lines as ASGI wants them: (lower-cased name, value), in order.
+        #[pyo3(get)]
+        headers: Py<PyList>,
     }
 
     #[pymethods]
@@ -630,7 +665,14 @@ mod binding {
         max_bytes: usize,
     ) -> PyResult<HeadInfo> {
         let h = head::screen_request_head(&head, max_bytes)?;
+        let headers = h.fields.iter().map(|(name, value)| {
+            (
+                PyBytes::new(py, &name.to_ascii_lowercase()),
+                PyBytes::new(py, value),
+            )
+        });
         Ok(HeadInfo {
+            headers: PyList::new(py, headers)?.unbind(),
             method: PyBytes::new(py, h.method).unbind(),
             target: PyBytes::new(py, h.target).unbind(),
             http_version: PyBytes::new(py, h.http_version).unbind(),
@@ -739,6 +781,7 @@ mod binding {
         m.add_class::<SseEvent>()?;
         m.add_class::<SseSplitter>()?;
         m.add_class::<ResponseParser>()?;
+        m.add_class::<RequestBody>()?;
         m.add_class::<ResponseFeed>()?;
         m.add_class::<ResponseHead>()?;
         m.add_function(wrap_pyfunction!(parse_chat_request, m)?)?;
