@@ -177,6 +177,7 @@ KNOWN: frozenset[str] = (
             "SERVER_PORT",
             "SERVER_MAX_REQUEST_BODY_SIZE",
             "SERVER_GRACEFUL_TIMEOUT",
+            "SERVER_SHUTDOWN_DELAY",
             "SERVER_TLS_CERT_PATH",
             "SERVER_TLS_KEY_PATH",
             "SERVER_HTTP2_ENABLED",

@@ -106,6 +106,9 @@ class Settings:
     models_timeout_s: float = 5.0
     # SIGTERM: how long running streams may finish before they are ended with an SSE error.
     graceful_timeout_s: float = 30.0
+    # SIGTERM: how long the gateway still accepts and serves while /ready answers 503, so
+    # that a balancer polling readiness takes it out before the port closes (0: at once).
+    shutdown_delay_s: float = 0.0
     # Requests handled at once by one process; past it, 503 with Retry-After at once.
     max_in_flight: int = 1024
     # Request bodies being read (edgegw.intake): in the process, from one client address,
@@ -375,6 +378,7 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         ("UPSTREAM_RETRY_BACKOFF", "retry_backoff_s"),
         ("UPSTREAM_RETRY_MAX_BACKOFF", "retry_max_backoff_s"),
         ("UPSTREAM_RETRY_MAX_RETRY_AFTER", "retry_max_retry_after_s"),
+        ("SERVER_SHUTDOWN_DELAY", "shutdown_delay_s"),
     ):
         if v := env.get(var):
             kw[attr] = parse_duration(var, v, zero=True)
