@@ -20,6 +20,7 @@ from edgegw.asgi import Call
 from edgegw.errors import OPENAI_SHAPE, fail
 from edgegw.gateway import Gateway
 from edgegw.local.contract import named_profile
+from edgegw.mcp import agent as mcp_agent
 from edgegw.resolve import NativeApi
 from edgegw.routes.generation import generate, parse_traced
 from edgegw.routes.record import Recording
@@ -32,7 +33,8 @@ TEMPLATE_TOKENS_PER_MESSAGE = 3
 
 # A translated API: its request as a chat request, and its answers for the model as named.
 ChatRequest = Callable[[Any], dict[str, Any]]
-Answers = Callable[[Any], Translation]
+# (the request, the names of the tools whose calls the gateway runs itself: MCP's)
+Answers = Callable[[Any, frozenset[str]], Translation]
 
 
 def translates(gw: Gateway, call: Call, model: str, api: NativeApi) -> bool:
@@ -58,11 +60,15 @@ async def serve(
     doc = orjson.loads(body)
     chat = chat_request(doc)
     chat_body = orjson.dumps(chat)
+    req = parse_traced(call, parse_chat_request, chat_body)
+    # MCP tools run inside the chat path (edgegw.mcp): their calls, which a chat stream
+    # shows round by round, are not the client's to see.
+    offered = mcp_agent.offer(gw.mcp, call, req)
+    hidden = frozenset() if offered is None else offered.names
     # The chat path answers in chat's shapes (its errors too: they are written again in the
     # API's); the client's call keeps the API's shape for what is raised past it.
-    inner = call.answered_into(TranslatedSend(call.send, answers(doc)))
+    inner = call.answered_into(TranslatedSend(call.send, answers(doc, hidden)))
     inner.errors = OPENAI_SHAPE
-    req = parse_traced(call, parse_chat_request, chat_body)
     with Recording(gw, call, req.model, "chat", req.stream) as rec:
         rec.outcome = await generate(gw, inner, req, chat_body, parse_chat_request, rec)
 

@@ -76,3 +76,27 @@ def _count(value: Any) -> int:
 
 def sse_event(name: str, doc: dict[str, Any]) -> bytes:
     return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
+
+
+class HiddenCalls:
+    """The calls of a stream's tools the gateway runs itself (MCP's, edgegw.mcp), left out
+    of a translated stream: the chat stream shows each round's calls, but the API's client
+    neither defined nor runs them. A call is known by its name in its first delta, then
+    by its index until its round ends (its finish reason)."""
+
+    __slots__ = ("names", "indices")
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.indices: set[int] = set()
+
+    def hides(self, tc: dict[str, Any]) -> bool:
+        index = tc.get("index", 0)
+        function = tc.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and name in self.names:
+            self.indices.add(index)
+        return index in self.indices
+
+    def round_ended(self) -> None:
+        self.indices.clear()

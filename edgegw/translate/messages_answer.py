@@ -15,7 +15,7 @@ import orjson
 
 from edgegw.errors import ANTHROPIC_SHAPE, fail
 from edgegw.ids import random_bits
-from edgegw.translate.common import chat_usage, sse_event
+from edgegw.translate.common import HiddenCalls, chat_usage, sse_event
 
 # Chat finish reasons -> Messages stop reasons.
 STOP_REASONS = {
@@ -41,8 +41,9 @@ def _usage(usage: Any) -> dict[str, Any]:
     return out
 
 
-def messages_answer(chat: Any, model: str) -> dict[str, Any]:
-    """A chat completion as a Messages answer (`model`: as the client named it)."""
+def messages_answer(chat: Any, model: str, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """A chat completion as a Messages answer (`model`: as the client named it; calls of
+    the `hidden` tools left out: edgegw.translate.common.HiddenCalls)."""
     if not isinstance(chat, dict) or not chat.get("choices"):
         raise fail("bad_upstream_response", "the model's answer has no choices")
     choice = chat["choices"][0]
@@ -54,6 +55,8 @@ def messages_answer(chat: Any, model: str) -> dict[str, Any]:
         content.append({"type": "text", "text": text})
     for tc in message.get("tool_calls") or ():
         function = tc.get("function") or {}
+        if function.get("name") in hidden:
+            continue
         content.append(
             {
                 "type": "tool_use",
@@ -91,10 +94,21 @@ class MessagesStream:
     accumulates them: one message_start, each content block started, deltaed and stopped
     in turn (one open at a time), then message_delta (stop reason, usage) and message_stop."""
 
-    __slots__ = ("model", "started", "block", "kind", "tool_index", "stop", "usage", "ended")
+    __slots__ = (
+        "model",
+        "hidden",
+        "started",
+        "block",
+        "kind",
+        "tool_index",
+        "stop",
+        "usage",
+        "ended",
+    )
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, hidden: frozenset[str] = frozenset()) -> None:
         self.model = model
+        self.hidden = HiddenCalls(hidden)
         self.started = False
         self.block = -1  # the index of the open (or last) content block
         self.kind: str | None = None  # the open block's type
@@ -160,10 +174,11 @@ class MessagesStream:
                 out += self._tool_call(tc)
             if isinstance(reason := choice.get("finish_reason"), str):
                 self.stop = STOP_REASONS.get(reason, "end_turn")
+                self.hidden.round_ended()
         return out
 
     def _tool_call(self, tc: Any) -> bytes:
-        if not isinstance(tc, dict):
+        if not isinstance(tc, dict) or self.hidden.hides(tc):
             return b""
         out = b""
         function = tc.get("function") or {}
@@ -201,19 +216,20 @@ class MessagesStream:
 class MessagesAnswers:
     """The Messages side of a translated request's answer (edgegw.translate.answer)."""
 
-    __slots__ = ("model",)
+    __slots__ = ("model", "hidden")
     shape = ANTHROPIC_SHAPE
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, hidden: frozenset[str] = frozenset()) -> None:
         self.model = model
+        self.hidden = hidden
 
     def answer(self, chat: Any) -> dict[str, Any]:
-        return messages_answer(chat, self.model)
+        return messages_answer(chat, self.model, self.hidden)
 
     def stream(self) -> MessagesStream:
-        return MessagesStream(self.model)
+        return MessagesStream(self.model, self.hidden)
 
     @classmethod
-    def of(cls, doc: Any) -> MessagesAnswers:
+    def of(cls, doc: Any, hidden: frozenset[str]) -> MessagesAnswers:
         """For the Messages request `doc` (checked by `chat_request`)."""
-        return cls(doc["model"])
+        return cls(doc["model"], hidden)

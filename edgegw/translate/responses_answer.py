@@ -15,7 +15,7 @@ from typing import Any
 
 from edgegw.errors import RESPONSES_SHAPE, fail
 from edgegw.ids import random_bits
-from edgegw.translate.common import chat_usage, reasoning_tokens, sse_event
+from edgegw.translate.common import HiddenCalls, chat_usage, reasoning_tokens, sse_event
 
 
 def _new_id(prefix: str) -> str:
@@ -26,11 +26,13 @@ class ResponsesAnswers:
     """The Responses side of a translated request's answer (edgegw.translate.answer): the
     request's settings echoed in every Response object, as OpenAI does."""
 
-    __slots__ = ("base", "id")
+    __slots__ = ("base", "id", "hidden")
     shape = RESPONSES_SHAPE
 
-    def __init__(self, doc: dict[str, Any]) -> None:
+    def __init__(self, doc: dict[str, Any], hidden: frozenset[str] = frozenset()) -> None:
+        """`hidden`: the tools whose calls are left out (edgegw.translate.common.HiddenCalls)."""
         self.id = _new_id("resp")
+        self.hidden = hidden
         self.base: dict[str, Any] = {
             "id": self.id,
             "object": "response",
@@ -52,8 +54,8 @@ class ResponsesAnswers:
         }
 
     @classmethod
-    def of(cls, doc: Any) -> ResponsesAnswers:
-        return cls(doc)
+    def of(cls, doc: Any, hidden: frozenset[str]) -> ResponsesAnswers:
+        return cls(doc, hidden)
 
     def response(
         self,
@@ -81,6 +83,8 @@ class ResponsesAnswers:
             output.append(_message_item(_new_id("msg"), text, "completed"))
         for tc in message.get("tool_calls") or ():
             function = tc.get("function") or {}
+            if function.get("name") in self.hidden:
+                continue
             output.append(
                 _call_item(
                     _new_id("fc"),
@@ -139,6 +143,7 @@ class ResponsesStream:
 
     __slots__ = (
         "api",
+        "hidden",
         "seq",
         "started",
         "output",
@@ -151,6 +156,7 @@ class ResponsesStream:
 
     def __init__(self, api: ResponsesAnswers) -> None:
         self.api = api
+        self.hidden = HiddenCalls(api.hidden)
         self.seq = 0
         self.started = False
         self.output: list[dict[str, Any]] = []  # the items, the open one last
@@ -240,10 +246,11 @@ class ResponsesStream:
                 out += self._tool_call(tc)
             if isinstance(reason := choice.get("finish_reason"), str):
                 self.finish = reason
+                self.hidden.round_ended()
         return out
 
     def _tool_call(self, tc: Any) -> bytes:
-        if not isinstance(tc, dict):
+        if not isinstance(tc, dict) or self.hidden.hides(tc):
             return b""
         out = b""
         function = tc.get("function") or {}
@@ -274,5 +281,8 @@ class ResponsesStream:
         return out + self._event(name, {"response": response})
 
     def error(self, status: int, code: str, message: str) -> bytes:
+        """The stream's end by an error: the Responses API's `error` event, after
+        response.created (the SDK's stream helper wants that first, whatever follows)."""
+        out = b"" if self.started else self._start()
         self.ended = True
-        return RESPONSES_SHAPE.event(status, code, message, self.seq)
+        return out + RESPONSES_SHAPE.event(status, code, message, self.seq)

@@ -1,0 +1,156 @@
+"""Translated /v1/messages and /v1/responses go through the chat path's features: the
+guardrails judge the chat request and answer they become (a block in the API's own shape,
+whole or mid-stream), and MCP tools run their loop inside, the client seeing only the final
+answer, translated (tests/scripted_model.py and tests/mcp_server.py as peers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import orjson
+import pytest
+import trio
+
+from .conftest import in_thread, openai_client, start_gateway
+from .rawhttp import request
+from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
+from .test_guardrails import SECRET, policy_dir
+from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's garbage)
+    _collect_sdk_garbage,
+    mcp_env,
+    pytestmark,
+    wait_for_tool,
+)
+from .test_mcp_agent import add_then_answer
+from .test_mcp_agent import setup_gateway as mcp_gateway
+
+ON = {"ENABLE_API_TRANSLATION": "true"}
+
+
+def messages_body(content: str, **extra: Any) -> bytes:
+    return orjson.dumps(
+        {
+            "model": "openai/gpt-4o",
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": content}],
+            **extra,
+        }
+    )
+
+
+async def guarded(nursery: trio.Nursery, tmp_path: Path, script: Any) -> tuple[ScriptedModel, int]:
+    model = ScriptedModel(script)
+    await nursery.start(model.serve)
+    gw = await start_gateway(
+        nursery,
+        {
+            **model.env(),
+            # The same model as groq: a provider without the Responses API.
+            "GROQ_API_URL": model.env()["OPENAI_API_URL"],
+            "GROQ_API_KEY": "sk-scripted",
+            "GUARDRAILS_ENABLED": "true",
+            "GUARDRAILS_POLICY_DIR": str(policy_dir(tmp_path)),
+            **ON,
+        },
+    )
+    return model, gw.port
+
+
+async def test_guardrails_block_and_redact_translated_requests(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    model, port = await guarded(
+        nursery, tmp_path, lambda body: text(f"you said: {body['messages'][-1]['content']}")
+    )
+    resp = await request(port, "POST", "/v1/messages", messages_body("a forbidden word"))
+    doc = orjson.loads(resp.body)
+    assert resp.status == 403 and doc["type"] == "error"
+    assert (doc["error"]["type"], doc["error"]["code"]) == (
+        "permission_error",
+        "guardrails_blocked",
+    )
+    resp = await request(
+        port, "POST", "/v1/responses", b'{"model":"groq/gpt-4o","input":"forbidden"}'
+    )
+    assert resp.status == 403
+    assert orjson.loads(resp.body)["error"]["code"] == "guardrails_blocked"
+    assert model.bodies == []
+    # Redacted before the model: the chat request it became carries no secret.
+    resp = await request(port, "POST", "/v1/messages", messages_body(f"my key is {SECRET}"))
+    assert resp.status == 200, resp.body
+    assert model.bodies[-1]["messages"][-1]["content"] == "my key is [REDACTED]"
+    assert orjson.loads(resp.body)["content"][0]["text"] == "you said: my key is [REDACTED]"
+
+
+async def test_a_streamed_answer_blocked_mid_way_ends_with_the_apis_error(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    _, port = await guarded(nursery, tmp_path, lambda body: text("that is forbidden"))
+    claude = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="k", max_retries=0)
+
+    def stream() -> None:
+        with claude.messages.stream(
+            model="openai/gpt-4o", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+        ) as s:
+            for _ in s:
+                pass
+
+    with pytest.raises(anthropic.APIStatusError) as blocked:
+        await in_thread(stream)
+    claude.close()
+    assert blocked.value.body["error"]["code"] == "guardrails_blocked"  # type: ignore[index]
+    with openai_client(f"http://127.0.0.1:{port}") as client:
+
+        def responses() -> list[Any]:
+            with client.responses.stream(model="groq/gpt-4o", input="hi") as s:
+                return list(s)
+
+        events = await in_thread(responses)
+    assert events[-1].type == "error" and events[-1].code == "guardrails_blocked"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_mcp_tools_run_inside_a_translated_request(
+    nursery: trio.Nursery, stream: bool
+) -> None:
+    tools, model, gw = await mcp_gateway(nursery, add_then_answer, **ON)
+    claude = anthropic.Anthropic(base_url=gw.base, api_key="k", max_retries=0, timeout=10)
+
+    def ask() -> Any:
+        kw: dict[str, Any] = {
+            "model": "openai/gpt-4o",
+            "max_tokens": 50,
+            "messages": [{"role": "user", "content": "add 2 and 3"}],
+        }
+        if not stream:
+            return claude.messages.create(**kw)
+        with claude.messages.stream(**kw) as s:
+            return s.get_final_message()
+
+    msg = await in_thread(ask)
+    claude.close()
+    assert tools.calls == ["add"]
+    assert [b.type for b in msg.content] == ["text"]
+    assert msg.content[0].text == "the sum is 5"
+    assert last_tool_results(model.bodies[-1])  # the second round carried the result
+    assert "mcp_add" in {t["function"]["name"] for t in model.bodies[0]["tools"]}
+
+
+async def test_mcp_bypass_leaves_the_tools_to_the_client(nursery: trio.Nursery) -> None:
+    _, model, gw = await mcp_gateway(
+        nursery, lambda body: tool_calls(("get_weather", {"city": "Paris"})), **ON
+    )
+    claude = anthropic.Anthropic(base_url=gw.base, api_key="k", max_retries=0, timeout=10)
+    msg = await in_thread(
+        claude.messages.create,
+        model="openai/gpt-4o",
+        max_tokens=50,
+        tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
+        messages=[{"role": "user", "content": "weather?"}],
+        extra_headers={"X-MCP-Bypass": "1"},
+    )
+    claude.close()
+    assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Paris"}
+    assert [t["function"]["name"] for t in model.bodies[0]["tools"]] == ["get_weather"]
