@@ -5,6 +5,7 @@ translation; the refusals of what has no translation; openai/ models still forwa
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,42 @@ async def test_local_model_stream(nursery: trio.Nursery, tmp_path: Path) -> None
         whole = await in_thread(client.responses.create, model="qwen3-8b", input="hello")
     assert len(text.split()) == 5 and text == final.output_text == whole.output_text
     assert final.usage.output_tokens == whole.usage.output_tokens > 0
+
+
+async def test_the_openai_agents_sdk_runs_a_tool_loop(gw: Gateway, mock: MockUpstream) -> None:
+    """The README's example: the OpenAI Agents SDK's Responses model pointed at edgegw, a
+    function tool called and its output sent back (runs where `openai-agents` is installed)."""
+    agents = pytest.importorskip("agents")
+    from openai import AsyncOpenAI
+
+    called: list[str] = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        called.append(city)
+        return "sunny"
+
+    agents.set_tracing_disabled(True)
+
+    def run() -> Any:
+        # The SDK is asyncio's: its client is made, used and closed in the thread's loop.
+        async def main() -> Any:
+            async with AsyncOpenAI(base_url=f"{gw.base}/v1", api_key="k", max_retries=0) as client:
+                agent = agents.Agent(
+                    name="helper",
+                    instructions="Answer briefly.",
+                    model=agents.OpenAIResponsesModel(
+                        model="groq/mock-small", openai_client=client
+                    ),
+                    tools=[get_weather],
+                )
+                return await agents.Runner.run(agent, "weather in Paris?")
+
+        return asyncio.run(main())
+
+    result = await in_thread(run)
+    assert len(called) == 1 and result.final_output
+    rounds = chat_bodies(mock)[-2:]
+    assert rounds[0]["messages"][0] == {"role": "system", "content": "Answer briefly."}
+    assert rounds[1]["messages"][-1]["role"] == "tool"

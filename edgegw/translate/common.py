@@ -9,9 +9,8 @@ import orjson
 
 from edgegw.errors import GatewayError, fail, unsupported_field
 
-# Anthropic's thinking budget and OpenAI's reasoning efforts: the budget at which each
-# effort begins (OpenAI documents low/medium/high, not token counts; these are the
-# budgets Anthropic's own examples pair with a short, a normal and a long reflection).
+# Anthropic's thinking budget as an OpenAI reasoning effort, which names no token count: a
+# small budget (under 4k tokens) is `low`, a large one (16k and more) `high`.
 EFFORT_BUDGETS = ((16_384, "high"), (4_096, "medium"), (0, "low"))
 
 
