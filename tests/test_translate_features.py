@@ -13,6 +13,8 @@ import orjson
 import pytest
 import trio
 
+from edgegw.mock import MockUpstream
+
 from .conftest import in_thread, openai_client, start_gateway
 from .rawhttp import request
 from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
@@ -25,6 +27,7 @@ from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's ga
 )
 from .test_mcp_agent import add_then_answer
 from .test_mcp_agent import setup_gateway as mcp_gateway
+from .test_routing import alias, closed_port, providers, routed
 
 ON = {"ENABLE_API_TRANSLATION": "true"}
 
@@ -154,3 +157,28 @@ async def test_mcp_bypass_leaves_the_tools_to_the_client(nursery: trio.Nursery) 
     claude.close()
     assert msg.stop_reason == "tool_use" and msg.content[0].input == {"city": "Paris"}
     assert [t["function"]["name"] for t in model.bodies[0]["tools"]] == ["get_weather"]
+
+
+async def test_a_routing_alias_fails_over_through_a_translated_request(
+    nursery: trio.Nursery, tmp_path: Path, mock: MockUpstream
+) -> None:
+    # The first deployment's provider is down: the router moves on, the client sees one answer.
+    env = providers(mock, openai=f"http://127.0.0.1:{closed_port()}/v1")
+    config = {"models": {"fast": alias(("openai", "m1"), ("groq", "m2"))}}
+    gw = await routed(nursery, tmp_path, config, {**env, **ON})
+    claude = anthropic.Anthropic(base_url=gw.base, api_key="k", max_retries=0, timeout=10)
+
+    def create() -> tuple[Any, Any]:
+        raw = claude.messages.with_raw_response.create(
+            model="fast", max_tokens=3, messages=[{"role": "user", "content": "x"}]
+        )
+        return raw.headers, raw.parse()
+
+    headers, msg = await in_thread(create)
+    claude.close()
+    assert (headers["x-selected-provider"], headers["x-selected-model"]) == ("groq", "m2")
+    assert msg.model == "fast" and msg.content[0].text
+    with openai_client(gw.base) as client:
+        resp = await in_thread(client.responses.create, model="fast", input="x", stream=False)
+    assert resp.output_text and resp.model == "fast"
+    assert [orjson.loads(r.body)["model"] for r in mock.requests] == ["m2", "m2"]
