@@ -18,10 +18,12 @@ from edgegw.mock import WORDS, MockUpstream
 
 from .bad_upstream import BadUpstream, Script, chunk, response
 from .conftest import Gateway, in_thread, sample, scrape, start_gateway, upstream_env
+from .echo_upstream import Answer, EchoUpstream
 from .fake_sglang import FakeSGLang
 from .fake_sglang import Script as WorkerScript
 from .rawhttp import request
 from .test_local import local_gateway, profile_yaml
+from .test_passthrough import ANTHROPIC_KEY, provider_env
 
 ON = {"ENABLE_API_TRANSLATION": "true"}
 WEATHER = {
@@ -463,3 +465,27 @@ async def test_count_tokens_from_a_local_tokenizer(
         )
     client.close()
     assert refused.value.body["error"]["code"] == "unsupported_provider"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("translation", ["false", "true"])
+async def test_count_tokens_of_anthropic_models_is_anthropics(
+    nursery: trio.Nursery, translation: str
+) -> None:
+    echo = EchoUpstream()
+    await nursery.start(echo.serve)
+    echo.answer = lambda seen: Answer(
+        headers=[("content-type", "application/json")], body=b'{"input_tokens":12}'
+    )
+    gw = await start_gateway(nursery, provider_env(echo, ENABLE_API_TRANSLATION=translation))
+    client = claude(gw)
+    counted = await in_thread(
+        client.messages.count_tokens,
+        model="anthropic/claude-sonnet-4-5",
+        messages=[{"role": "user", "content": "hello"}],
+    )
+    client.close()
+    assert counted.input_tokens == 12
+    seen = echo.seen[-1]
+    assert seen.target == "/anthropic/v1/messages/count_tokens"
+    assert orjson.loads(seen.body)["model"] == "claude-sonnet-4-5"
+    assert seen.headers["x-api-key"] == ANTHROPIC_KEY

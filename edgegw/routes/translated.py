@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+import trio
 
 from edgegw._core import parse_chat_request
 from edgegw.asgi import Call
@@ -91,7 +92,11 @@ async def count_tokens(gw: Gateway, call: Call, body: bytes, model: str) -> None
     gw.resolver.check_allowed("local", rt.profile.name)
     chat = messages.chat_request({**orjson.loads(body), "max_tokens": 1})
     texts = messages.prompt_texts(chat)
-    encoded = rt.tokenizer.encode_batch(texts, add_special_tokens=False)
+    tokenizer = rt.tokenizer
+    # A coding agent's prompt (its tools, files) runs to many thousand tokens: off the loop.
+    encoded = await trio.to_thread.run_sync(
+        lambda: tokenizer.encode_batch(texts, add_special_tokens=False)
+    )
     count = sum(len(e.ids) for e in encoded)
     count += TEMPLATE_TOKENS_PER_MESSAGE * len(chat["messages"])
     await call.respond_json(200, orjson.dumps({"input_tokens": count}))
