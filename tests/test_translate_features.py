@@ -1,7 +1,8 @@
 """Translated /v1/messages and /v1/responses go through the chat path's features: the
 guardrails judge the chat request and answer they become (a block in the API's own shape,
-whole or mid-stream), and MCP tools run their loop inside, the client seeing only the final
-answer, translated (tests/scripted_model.py and tests/mcp_server.py as peers)."""
+whole or mid-stream), MCP tools run their loop inside (the client seeing only the final
+answer, translated), a routing alias fails over, and the request is traced as chat
+(tests/scripted_model.py, tests/mcp_server.py, the mock and an OTLP receiver as peers)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import trio
 from edgegw.mock import MockUpstream
 
 from .conftest import in_thread, openai_client, start_gateway
+from .echo_upstream import EchoUpstream
+from .otlp_receiver import OtlpReceiver
 from .rawhttp import request
 from .scripted_model import ScriptedModel, last_tool_results, text, tool_calls
 from .test_guardrails import SECRET, policy_dir
@@ -28,6 +31,8 @@ from .test_mcp import (  # noqa: F401  (pytestmark and the fixture: the SDK's ga
 from .test_mcp_agent import add_then_answer
 from .test_mcp_agent import setup_gateway as mcp_gateway
 from .test_routing import alias, closed_port, providers, routed
+from .test_tracing import TRACE_ID, TRACEPARENT, exported, server_span, tracing_env
+from .test_tracing import answer as traced_answer
 
 ON = {"ENABLE_API_TRANSLATION": "true"}
 
@@ -182,3 +187,45 @@ async def test_a_routing_alias_fails_over_through_a_translated_request(
         resp = await in_thread(client.responses.create, model="fast", input="x", stream=False)
     assert resp.output_text and resp.model == "fast"
     assert [orjson.loads(r.body)["model"] for r in mock.requests] == ["m2", "m2"]
+
+
+async def test_a_translated_request_is_traced_as_chat(nursery: trio.Nursery) -> None:
+    collector = OtlpReceiver()
+    collector.port = await nursery.start(collector.serve)
+    upstream = EchoUpstream()
+    upstream.answer = traced_answer
+    await nursery.start(upstream.serve)
+    gw = await start_gateway(
+        nursery,
+        tracing_env(
+            f"http://127.0.0.1:{collector.port}",
+            OPENAI_API_URL=f"http://127.0.0.1:{upstream.port}/v1",
+            OPENAI_API_KEY="sk-upstream-key",
+            **ON,
+        ),
+    )
+    body = orjson.dumps(
+        {
+            "model": "openai/gpt-4o-mini",
+            "max_tokens": 5,
+            "stream": True,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    )
+    resp = await request(gw.port, "POST", "/v1/messages", body, [("traceparent", TRACEPARENT)])
+    assert resp.status == 200 and b"event: message_stop" in resp.body
+    await exported(gw, lambda: server_span(collector, "/v1/messages") is not None)
+    server = server_span(collector, "/v1/messages")
+    assert server is not None and server.trace_id == TRACE_ID
+    tree = collector.tree(TRACE_ID)["POST /v1/messages"]
+    assert "POST /v1/chat/completions" in tree and "parse" in tree and "route" in tree
+    attrs = server.attributes
+    assert (attrs["gen_ai.provider.name"], attrs["gen_ai.request.model"]) == (
+        "openai",
+        "openai/gpt-4o-mini",
+    )
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (7, 2)
+    assert attrs["gen_ai.response.finish_reasons"] == ["stop"]
+    # The provider got a chat request, in the same trace.
+    assert upstream.seen[-1].target == "/v1/chat/completions"
+    assert upstream.seen[-1].headers["traceparent"].startswith(f"00-{TRACE_ID}-")
