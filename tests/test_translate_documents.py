@@ -113,7 +113,7 @@ def test_a_stream_asks_for_usage() -> None:
     [
         ({"max_tokens": 0}, "invalid_request", "max_tokens"),
         ({"messages": []}, "invalid_request", "messages"),
-        ({"messages": [{"role": "system", "content": "x"}]}, "invalid_request", "messages[0].role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "invalid_request", "messages[0].role"),
         ({"service_tier": "auto"}, "unsupported_field", "service_tier"),
         ({"mcp_servers": []}, "unsupported_field", "mcp_servers"),
         (

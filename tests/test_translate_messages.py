@@ -489,3 +489,57 @@ async def test_count_tokens_of_anthropic_models_is_anthropics(
     assert seen.target == "/anthropic/v1/messages/count_tokens"
     assert orjson.loads(seen.body)["model"] == "claude-sonnet-4-5"
     assert seen.headers["x-api-key"] == ANTHROPIC_KEY
+
+
+async def test_a_claude_code_shaped_request(gw: Gateway, mock: MockUpstream) -> None:
+    """What coding agents send beyond the basics: `?beta=true`, beta headers, cache_control
+    on blocks and tools, a system message among the turns, context editing (accepted, no
+    edit applied, and the answer says so)."""
+    doc = {
+        "model": "openai/mock-small",
+        "max_tokens": 32,
+        "temperature": 1,
+        "system": [
+            {"type": "text", "text": "You are a coding agent."},
+            {"type": "text", "text": "Be careful.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "fix it", "cache_control": {"type": "ephemeral"}}
+                ],
+            },
+            {"role": "system", "content": "The user switched branches."},
+            {"role": "user", "content": "go on"},
+        ],
+        "tools": [{**WEATHER, "cache_control": {"type": "ephemeral"}}],
+        "tool_choice": {"type": "auto"},
+        "metadata": {"user_id": "session-1"},
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+    }
+    headers = [
+        ("anthropic-beta", "context-management-2025-06-27"),
+        ("anthropic-version", "2023-06-01"),
+    ]
+    whole = await request(gw.port, "POST", "/v1/messages?beta=true", orjson.dumps(doc), headers)
+    assert whole.status == 200, whole.body
+    answer = orjson.loads(whole.body)
+    assert answer["context_management"] == {"applied_edits": []}
+    sent = chat_bodies(mock)[-1]
+    assert sent["messages"] == [
+        {"role": "system", "content": "You are a coding agent.\n\nBe careful."},
+        {"role": "user", "content": "fix it"},
+        {"role": "system", "content": "The user switched branches."},
+        {"role": "user", "content": "go on"},
+    ]
+    assert "context_management" not in sent and "cache_control" not in orjson.dumps(sent).decode()
+    streamed = await request(
+        gw.port, "POST", "/v1/messages?beta=true", orjson.dumps({**doc, "stream": True}), headers
+    )
+    delta = next(
+        orjson.loads(block.split(b"data: ", 1)[1])
+        for block in streamed.body.split(b"\n\n")
+        if block.startswith(b"event: message_delta")
+    )
+    assert delta["context_management"] == {"applied_edits": []}

@@ -41,6 +41,9 @@ _KNOWN = frozenset(
         "output_config",
         # Prompt caching's breakpoint: a cost hint that changes no answer.
         "cache_control",
+        # Context editing: accepted and applied to nothing, which the answer reports as
+        # Anthropic does (`context_management.applied_edits` empty).
+        "context_management",
     }
 )
 
@@ -64,7 +67,7 @@ def chat_request(doc: Any) -> dict[str, Any]:
     messages: list[dict[str, Any]] = []
     system = doc.get("system")
     if system is not None:
-        messages.append({"role": "system", "content": _system_text(system)})
+        messages.append({"role": "system", "content": _system_text(system, "system")})
     raw = doc.get("messages")
     if not isinstance(raw, list) or not raw:
         raise invalid("'messages' must be a non-empty array", "messages")
@@ -76,6 +79,8 @@ def chat_request(doc: Any) -> dict[str, Any]:
             out[name] = doc[name]
     if (stops := doc.get("stop_sequences")) is not None:
         out["stop"] = stops
+    if (edits := doc.get("context_management")) is not None and not isinstance(edits, dict):
+        raise invalid("'context_management' must be an object", "context_management")
     if (metadata := doc.get("metadata")) is not None:
         if not isinstance(metadata, dict):
             raise invalid("'metadata' must be an object", "metadata")
@@ -99,16 +104,16 @@ def chat_request(doc: Any) -> dict[str, Any]:
     return out
 
 
-def _system_text(system: Any) -> str:
+def _system_text(system: Any, where: str) -> str:
     if isinstance(system, str):
         return system
     if isinstance(system, list):
         texts = []
         for j, block in enumerate(system):
-            require_type(block, ("text",), f"system[{j}]")
-            texts.append(text_of(block, f"system[{j}]"))
+            require_type(block, ("text",), f"{where}[{j}]")
+            texts.append(text_of(block, f"{where}[{j}]"))
         return "\n\n".join(texts)
-    raise invalid("'system' must be a string or an array of text blocks", "system")
+    raise invalid(f"'{where}' must be a string or an array of text blocks", where)
 
 
 def _message(message: Any, where: str) -> list[dict[str, Any]]:
@@ -117,9 +122,11 @@ def _message(message: Any, where: str) -> list[dict[str, Any]]:
     if not isinstance(message, dict):
         raise invalid(f"'{where}' must be an object", where)
     role = message.get("role")
-    if role not in ("user", "assistant"):
-        raise invalid(f"'{where}.role' must be 'user' or 'assistant'", f"{where}.role")
+    if role not in ("user", "assistant", "system"):
+        raise invalid(f"'{where}.role' must be user, assistant or system", f"{where}.role")
     content = message.get("content")
+    if role == "system":  # a system message among the turns, where the API takes one
+        return [{"role": "system", "content": _system_text(content, f"{where}.content")}]
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):

@@ -17,6 +17,11 @@ from edgegw.errors import ANTHROPIC_SHAPE, fail
 from edgegw.ids import random_bits
 from edgegw.translate.common import HiddenCalls, chat_usage, sse_event
 
+# What an answer reports beside the translation (context editing's applied edits).
+Report = dict[str, Any] | None
+# The request asked for context editing: none was applied, as the answer says.
+NO_EDITS: dict[str, Any] = {"context_management": {"applied_edits": []}}
+
 # Chat finish reasons -> Messages stop reasons.
 STOP_REASONS = {
     "stop": "end_turn",
@@ -41,9 +46,11 @@ def _usage(usage: Any) -> dict[str, Any]:
     return out
 
 
-def messages_answer(chat: Any, model: str, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+def messages_answer(
+    chat: Any, model: str, hidden: frozenset[str] = frozenset(), reported: Report = None
+) -> dict[str, Any]:
     """A chat completion as a Messages answer (`model`: as the client named it; calls of
-    the `hidden` tools left out: edgegw.translate.common.HiddenCalls)."""
+    the `hidden` tools left out: edgegw.translate.common.HiddenCalls; `reported` added)."""
     if not isinstance(chat, dict) or not chat.get("choices"):
         raise fail("bad_upstream_response", "the model's answer has no choices")
     choice = chat["choices"][0]
@@ -65,7 +72,7 @@ def messages_answer(chat: Any, model: str, hidden: frozenset[str] = frozenset())
                 "input": _arguments(function.get("arguments")),
             }
         )
-    return {
+    answer = {
         "id": message_id(chat.get("id")),
         "type": "message",
         "role": "assistant",
@@ -75,6 +82,7 @@ def messages_answer(chat: Any, model: str, hidden: frozenset[str] = frozenset())
         "stop_sequence": None,
         "usage": _usage(chat.get("usage")),
     }
+    return {**answer, **reported} if reported else answer
 
 
 def _arguments(arguments: Any) -> Any:
@@ -97,6 +105,7 @@ class MessagesStream:
     __slots__ = (
         "model",
         "hidden",
+        "reported",
         "started",
         "block",
         "kind",
@@ -106,9 +115,12 @@ class MessagesStream:
         "ended",
     )
 
-    def __init__(self, model: str, hidden: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, model: str, hidden: frozenset[str] = frozenset(), reported: Report = None
+    ) -> None:
         self.model = model
         self.hidden = HiddenCalls(hidden)
+        self.reported = reported
         self.started = False
         self.block = -1  # the index of the open (or last) content block
         self.kind: str | None = None  # the open block's type
@@ -202,9 +214,8 @@ class MessagesStream:
         out += self._close()
         self.ended = True
         delta = {"stop_reason": self.stop, "stop_sequence": None}
-        out += sse_event(
-            "message_delta", {"type": "message_delta", "delta": delta, "usage": self.usage}
-        )
+        event = {"type": "message_delta", "delta": delta, "usage": self.usage}
+        out += sse_event("message_delta", {**event, **self.reported} if self.reported else event)
         return out + sse_event("message_stop", {"type": "message_stop"})
 
     def error(self, status: int, code: str, message: str) -> bytes:
@@ -216,20 +227,24 @@ class MessagesStream:
 class MessagesAnswers:
     """The Messages side of a translated request's answer (edgegw.translate.answer)."""
 
-    __slots__ = ("model", "hidden")
+    __slots__ = ("model", "hidden", "reported")
     shape = ANTHROPIC_SHAPE
 
-    def __init__(self, model: str, hidden: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, model: str, hidden: frozenset[str] = frozenset(), reported: Report = None
+    ) -> None:
         self.model = model
         self.hidden = hidden
+        self.reported = reported
 
     def answer(self, chat: Any) -> dict[str, Any]:
-        return messages_answer(chat, self.model, self.hidden)
+        return messages_answer(chat, self.model, self.hidden, self.reported)
 
     def stream(self) -> MessagesStream:
-        return MessagesStream(self.model, self.hidden)
+        return MessagesStream(self.model, self.hidden, self.reported)
 
     @classmethod
     def of(cls, doc: Any, hidden: frozenset[str]) -> MessagesAnswers:
         """For the Messages request `doc` (checked by `chat_request`)."""
-        return cls(doc["model"], hidden)
+        reported = NO_EDITS if doc.get("context_management") is not None else None
+        return cls(doc["model"], hidden, reported)
