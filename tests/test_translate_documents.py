@@ -340,3 +340,16 @@ def test_a_responses_stream_is_numbered_and_closed() -> None:
     assert [o["type"] for o in final["output"]] == ["message", "function_call"]
     assert final["output"][1]["arguments"] == "{}"
     assert all(o["status"] == "completed" for o in final["output"])
+
+
+def test_calls_all_numbered_0_are_told_apart_by_their_ids() -> None:
+    first = {"index": 0, "id": "a", "function": {"name": "f", "arguments": "{}"}}
+    second = {"index": 0, "id": "b", "function": {"name": "g", "arguments": "{}"}}
+    s = MessagesStream("m")
+    raw = s.chunk(chunk({"tool_calls": [first]})) + s.chunk(chunk({"tool_calls": [second]}))
+    got = events(raw + s.done())
+    assert [d["content_block"]["id"] for n, d in got if n == "content_block_start"] == ["a", "b"]
+    r = ResponsesAnswers({"model": "m"}).stream()
+    raw = r.chunk(chunk({"tool_calls": [first]})) + r.chunk(chunk({"tool_calls": [second]}))
+    final = events(raw + r.done())[-1][1]["response"]
+    assert [(o["call_id"], o["name"]) for o in final["output"]] == [("a", "f"), ("b", "g")]

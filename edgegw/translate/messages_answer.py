@@ -110,6 +110,7 @@ class MessagesStream:
         "block",
         "kind",
         "tool_index",
+        "tool_id",
         "stop",
         "usage",
         "ended",
@@ -125,6 +126,7 @@ class MessagesStream:
         self.block = -1  # the index of the open (or last) content block
         self.kind: str | None = None  # the open block's type
         self.tool_index: int | None = None  # the chat index of the open tool call
+        self.tool_id: str | None = None  # and its id
         self.stop = "end_turn"
         self.usage: dict[str, Any] = {"input_tokens": 0, "output_tokens": 0}
         self.ended = False
@@ -195,7 +197,10 @@ class MessagesStream:
         out = b""
         function = tc.get("function") or {}
         index = tc.get("index", 0)
-        if self.kind != "tool_use" or index != self.tool_index:
+        # A new call: another index, or (from providers that number every call 0) an id.
+        call_id = tc.get("id")
+        new_id = isinstance(call_id, str) and call_id and call_id != self.tool_id
+        if self.kind != "tool_use" or index != self.tool_index or new_id:
             block: dict[str, Any] = {
                 "type": "tool_use",
                 "id": tc.get("id") or f"toolu_{random_bits(96):024x}",
@@ -203,7 +208,7 @@ class MessagesStream:
                 "input": {},
             }
             out += self._open(block)
-            self.tool_index = index
+            self.tool_index, self.tool_id = index, block["id"]
         if isinstance(arguments := function.get("arguments"), str) and arguments:
             out += self._delta({"type": "input_json_delta", "partial_json": arguments})
         return out

@@ -149,6 +149,7 @@ class ResponsesStream:
         "output",
         "open",
         "tool_index",
+        "tool_id",
         "finish",
         "usage",
         "ended",
@@ -162,6 +163,7 @@ class ResponsesStream:
         self.output: list[dict[str, Any]] = []  # the items, the open one last
         self.open = False
         self.tool_index: int | None = None
+        self.tool_id: str | None = None
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.ended = False
@@ -255,14 +257,17 @@ class ResponsesStream:
         out = b""
         function = tc.get("function") or {}
         index = tc.get("index", 0)
-        if not (
+        # A new call: another index, or (from providers that number every call 0) an id.
+        call_id = tc.get("id")
+        new_id = isinstance(call_id, str) and call_id and call_id != self.tool_id
+        if new_id or not (
             self.open and self.output[-1]["type"] == "function_call" and index == self.tool_index
         ):
-            call_id = tc.get("id") or _new_id("call")
+            call_id = call_id if isinstance(call_id, str) and call_id else _new_id("call")
             out += self._open(
                 _call_item(_new_id("fc"), call_id, function.get("name") or "", "", "in_progress")
             )
-            self.tool_index = index
+            self.tool_index, self.tool_id = index, call_id
         if isinstance(arguments := function.get("arguments"), str) and arguments:
             item = self.output[-1]
             item["arguments"] += arguments
