@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from edgegw.errors import GatewayError
 from edgegw.translate import messages, responses
-from edgegw.translate.messages_answer import MessagesStream, messages_answer
+from edgegw.translate.answer import TranslatedSend
+from edgegw.translate.messages_answer import MessagesAnswers, MessagesStream, messages_answer
 from edgegw.translate.responses_answer import ResponsesAnswers
 
 
@@ -353,3 +354,105 @@ def test_calls_all_numbered_0_are_told_apart_by_their_ids() -> None:
     raw = r.chunk(chunk({"tool_calls": [first]})) + r.chunk(chunk({"tool_calls": [second]}))
     final = events(raw + r.done())[-1][1]["response"]
     assert [(o["call_id"], o["name"]) for o in final["output"]] == [("a", "f"), ("b", "g")]
+
+
+# -- TranslatedSend: the ASGI messages a chat answer is written as, rewritten -------------
+
+
+class Captured:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(m.get("body", b"") for m in self.messages[1:])
+
+
+SSE_HEAD = {
+    "type": "http.response.start",
+    "status": 200,
+    "headers": [(b"content-type", b"text/event-stream"), (b"x-sie-served-by", b"local")],
+}
+
+
+def body(data: bytes, more: bool = True) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": data, "more_body": more}
+
+
+async def test_a_stream_cut_anywhere_translates_the_same() -> None:
+    chat = (
+        b"".join(
+            b"data: " + orjson.dumps(c) + b"\n\n"
+            for c in (
+                chunk({"role": "assistant", "content": "Hel"}),
+                chunk({"content": "lo"}, "stop"),
+                {"id": "c1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+            )
+        )
+        + b"data: [DONE]\n\n"
+    )
+    outputs = set()
+    for cut in range(1, len(chat)):
+        out = Captured()
+        send = TranslatedSend(out, MessagesAnswers("m", frozenset()))
+        await send(dict(SSE_HEAD))
+        await send(body(chat[:cut]))
+        await send(body(chat[cut:], more=False))
+        assert out.messages[0]["headers"] == SSE_HEAD["headers"]
+        assert out.messages[-1]["more_body"] is False
+        outputs.add(out.body)
+    (translated,) = outputs  # message ids aside, every cut gives the same events
+    got = events(translated)
+    text = "".join(d["delta"]["text"] for n, d in got if n == "content_block_delta")
+    assert text == "Hello" and got[-1][0] == "message_stop"
+    assert dict(got)["message_delta"]["usage"] == {"input_tokens": 3, "output_tokens": 2}
+    # A keep-alive comment between whole events (a local worker's silence) goes through.
+    out = Captured()
+    send = TranslatedSend(out, MessagesAnswers("m", frozenset()))
+    await send(dict(SSE_HEAD))
+    await send(body(chat[: chat.index(b"\n\n") + 2]))
+    await send(body(b": keep-alive\n\n"))
+    await send(body(chat[chat.index(b"\n\n") + 2 :], more=False))
+    assert out.messages[2]["body"] == b": keep-alive\n\n"
+    assert out.body.replace(b": keep-alive\n\n", b"") == translated
+
+
+async def test_a_stream_that_ends_without_its_end_gets_an_error_event() -> None:
+    out = Captured()
+    send = TranslatedSend(out, MessagesAnswers("m", frozenset()))
+    await send(dict(SSE_HEAD))
+    await send(body(b"data: " + orjson.dumps(chunk({"content": "a"})) + b"\n\n", more=False))
+    last = events(out.body)[-1]
+    assert last[0] == "error" and last[1]["error"]["code"] == "upstream_stream_truncated"
+
+
+async def test_an_error_answer_is_rewritten_in_the_apis_shape() -> None:
+    out = Captured()
+    send = TranslatedSend(out, MessagesAnswers("m", frozenset()))
+    envelope = {
+        "error": {
+            "message": "slow down",
+            "type": "rate_limit_error",
+            "param": None,
+            "code": "rate_limited",
+        }
+    }
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [(b"content-type", b"application/json"), (b"retry-after", b"7")],
+        }
+    )
+    await send(body(orjson.dumps(envelope), more=False))
+    head = out.messages[0]
+    assert head["status"] == 429 and (b"retry-after", b"7") in head["headers"]
+    doc = orjson.loads(out.body)
+    assert doc == {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "slow down", "code": "rate_limited"},
+    }
+    assert (b"content-length", b"%d" % len(out.body)) in head["headers"]
