@@ -80,7 +80,7 @@ async def test_create_text(gw: Gateway, mock: MockUpstream) -> None:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "hello"},
     ]
-    assert (sent["max_completion_tokens"], sent["temperature"]) == (4, 0.2)
+    assert (sent["max_tokens"], sent["temperature"]) == (4, 0.2)
     assert chat_bodies(mock)[-1]["messages"] == [{"role": "user", "content": "hi"}]
 
 

@@ -71,7 +71,8 @@ def chat_request(doc: Any) -> dict[str, Any]:
     messages += _input(doc.get("input"))
     out["messages"] = messages
     if (cap := doc.get("max_output_tokens")) is not None:
-        out["max_completion_tokens"] = cap
+        # `max_tokens`, the cap every OpenAI-compatible API takes (some ignore the newer name).
+        out["max_tokens"] = cap
     for name in ("temperature", "top_p", "parallel_tool_calls", "user", "safety_identifier"):
         if doc.get(name) is not None:
             out[name] = doc[name]
