@@ -229,3 +229,76 @@ async def test_a_translated_request_is_traced_as_chat(nursery: trio.Nursery) -> 
     # The provider got a chat request, in the same trace.
     assert upstream.seen[-1].target == "/v1/chat/completions"
     assert upstream.seen[-1].headers["traceparent"].startswith(f"00-{TRACE_ID}-")
+
+
+def reasoning_answer(seen: Any) -> Any:
+    """A reasoning model's answer (DeepSeek's and SGLang's `reasoning_content`), whole or
+    streamed."""
+    from .echo_upstream import Answer
+
+    if not orjson.loads(seen.body).get("stream"):
+        message = {"role": "assistant", "reasoning_content": "2+3 is 5", "content": "5"}
+        doc = {
+            "id": "c",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 4, "completion_tokens": 6},
+        }
+        return Answer(body=orjson.dumps(doc))
+
+    def piece(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        doc = {"id": "c", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+    usage = {"id": "c", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 6}}
+    return Answer(
+        headers=[("content-type", "text/event-stream")],
+        chunks=[
+            piece({"role": "assistant", "reasoning_content": "2+3 "}),
+            piece({"reasoning_content": "is 5"}),
+            piece({"content": "5"}, "stop"),
+            b"data: " + orjson.dumps(usage) + b"\n\n",
+            b"data: [DONE]\n\n",
+        ],
+    )
+
+
+async def test_reasoning_becomes_thinking_and_reasoning_items(nursery: trio.Nursery) -> None:
+    upstream = EchoUpstream()
+    upstream.answer = reasoning_answer
+    await nursery.start(upstream.serve)
+    base = f"http://127.0.0.1:{upstream.port}/v1"
+    gw = await start_gateway(nursery, {"DEEPSEEK_API_URL": base, "DEEPSEEK_API_KEY": "sk-deepseek-test", **ON})
+    claude = anthropic.Anthropic(base_url=gw.base, api_key="k", max_retries=0, timeout=10)
+    kw: dict[str, Any] = {
+        "model": "deepseek/deepseek-reasoner",
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "2+3?"}],
+    }
+
+    def streamed() -> Any:
+        with claude.messages.stream(**kw) as s:
+            return s.get_final_message()
+
+    for msg in (await in_thread(claude.messages.create, **kw), await in_thread(streamed)):
+        assert [
+            (b.type, getattr(b, "thinking", None) or getattr(b, "text", None)) for b in msg.content
+        ] == [
+            ("thinking", "2+3 is 5"),
+            ("text", "5"),
+        ]
+    claude.close()
+    with openai_client(gw.base) as client:
+
+        def responses_stream() -> Any:
+            with client.responses.stream(model="deepseek/deepseek-reasoner", input="2+3?") as s:
+                return s.get_final_response()
+
+        whole = await in_thread(
+            client.responses.create, model="deepseek/deepseek-reasoner", input="2+3?"
+        )
+        final = await in_thread(responses_stream)
+    for name, resp in (("whole", whole), ("stream", final)):
+        reasoning, message = resp.output
+        assert reasoning.type == "reasoning" and reasoning.content[0].text == "2+3 is 5"
+        assert resp.output_text == "5"
+        assert resp.usage.output_tokens == 6, name

@@ -79,6 +79,8 @@ class ResponsesAnswers:
         choice = chat["choices"][0]
         message = choice.get("message") or {}
         output: list[dict[str, Any]] = []
+        if isinstance(thought := message.get("reasoning_content"), str) and thought:
+            output.append(_reasoning_item(_new_id("rs"), thought, "completed"))
         if isinstance(text := message.get("content"), str) and text:
             output.append(_message_item(_new_id("msg"), text, "completed"))
         for tc in message.get("tool_calls") or ():
@@ -122,6 +124,12 @@ def _message_item(item_id: str, text: str, status: str) -> dict[str, Any]:
         "role": "assistant",
         "content": content,
     }
+
+
+def _reasoning_item(item_id: str, text: str, status: str) -> dict[str, Any]:
+    """The model's reasoning text (chat's `reasoning_content`), unsummarised."""
+    content = [{"type": "reasoning_text", "text": text}]
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [], "content": content}
 
 
 def _call_item(
@@ -187,13 +195,16 @@ class ResponsesStream:
         index = len(self.output) - 1
         item = self.output[index]
         item["status"] = "completed"
+        ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
         if item["type"] == "message":
             part = item["content"][0]
-            ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
             out = self._event(
                 "response.output_text.done", {**ids, "text": part["text"], "logprobs": []}
             )
             out += self._event("response.content_part.done", {**ids, "part": part})
+        elif item["type"] == "reasoning":
+            text = item["content"][0]["text"]
+            out = self._event("response.reasoning_text.done", {**ids, "text": text})
         else:
             out = self._event(
                 "response.function_call_arguments.done",
@@ -211,7 +222,7 @@ class ResponsesStream:
         self.output.append(item)
         self.open = True
         index = len(self.output) - 1
-        added = {**item, "content": []} if item["type"] == "message" else item
+        added = {**item, "content": []} if item["type"] != "function_call" else item
         out += self._event("response.output_item.added", {"output_index": index, "item": added})
         if item["type"] == "message":
             part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
@@ -229,6 +240,20 @@ class ResponsesStream:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
+            if isinstance(thought := delta.get("reasoning_content"), str) and thought:
+                if not (self.open and self.output[-1]["type"] == "reasoning"):
+                    out += self._open(_reasoning_item(_new_id("rs"), "", "in_progress"))
+                item = self.output[-1]
+                item["content"][0]["text"] += thought
+                out += self._event(
+                    "response.reasoning_text.delta",
+                    {
+                        "item_id": item["id"],
+                        "output_index": len(self.output) - 1,
+                        "content_index": 0,
+                        "delta": thought,
+                    },
+                )
             if isinstance(text := delta.get("content"), str) and text:
                 if not (self.open and self.output[-1]["type"] == "message"):
                     out += self._open(_message_item(_new_id("msg"), "", "in_progress"))
