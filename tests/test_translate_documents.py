@@ -456,3 +456,36 @@ async def test_an_error_answer_is_rewritten_in_the_apis_shape() -> None:
         "error": {"type": "rate_limit_error", "message": "slow down", "code": "rate_limited"},
     }
     assert (b"content-length", b"%d" % len(out.body)) in head["headers"]
+
+
+@given(st.lists(DELTAS, max_size=12), st.sampled_from([None, "stop", "length", "error"]))
+def test_any_chat_stream_makes_well_formed_responses_events(
+    deltas: list[dict[str, Any]], end: str | None
+) -> None:
+    s = ResponsesAnswers({"model": "m"}).stream()
+    raw = b"".join(s.chunk(chunk(d)) for d in deltas)
+    if end == "error":
+        raw += s.error(502, "upstream_error", "x")
+    else:
+        raw += s.chunk(chunk({}, end)) + s.done()
+    got = events(raw)
+    assert [d["sequence_number"] for _, d in got] == list(range(len(got)))
+    assert [n for n, _ in got[:2]] == ["response.created", "response.in_progress"]
+    open_index, done_items = None, []
+    for n, d in got[2:]:
+        if n == "response.output_item.added":
+            assert open_index is None and d["output_index"] == len(done_items)
+            open_index = d["output_index"]
+        elif n == "response.output_item.done":
+            assert d["output_index"] == open_index and d["item"]["status"] == "completed"
+            done_items.append(d["item"])
+            open_index = None
+        elif "output_index" in d:
+            assert d["output_index"] == open_index
+    if end == "error":
+        assert got[-1][0] == "error"
+        return
+    assert open_index is None
+    name, last = got[-1]
+    assert last["response"]["output"] == done_items
+    assert name == ("response.incomplete" if end == "length" else "response.completed")
