@@ -267,7 +267,9 @@ async def test_reasoning_becomes_thinking_and_reasoning_items(nursery: trio.Nurs
     upstream.answer = reasoning_answer
     await nursery.start(upstream.serve)
     base = f"http://127.0.0.1:{upstream.port}/v1"
-    gw = await start_gateway(nursery, {"DEEPSEEK_API_URL": base, "DEEPSEEK_API_KEY": "sk-deepseek-test", **ON})
+    gw = await start_gateway(
+        nursery, {"DEEPSEEK_API_URL": base, "DEEPSEEK_API_KEY": "sk-deepseek-test", **ON}
+    )
     claude = anthropic.Anthropic(base_url=gw.base, api_key="k", max_retries=0, timeout=10)
     kw: dict[str, Any] = {
         "model": "deepseek/deepseek-reasoner",
