@@ -1,5 +1,7 @@
-"""The providers' own APIs, forwarded: /v1/responses (openai), /v1/messages (anthropic)
-and the Images API (openai, with ENABLE_IMAGES=true).
+"""The providers' own APIs, forwarded: /v1/responses (openai), /v1/messages and
+/v1/messages/count_tokens (anthropic) and the Images API (openai, with ENABLE_IMAGES=true).
+With ENABLE_API_TRANSLATION=true, a Responses or Messages request for any other model is
+served by edgegw.routes.translated instead (translated to and from chat).
 
 Bodies go upstream as the client sent them; JSON bodies only have their `model` prefix
 removed (the Rust core rewrites that one value and keeps every other byte). With
