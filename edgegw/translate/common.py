@@ -32,7 +32,7 @@ def require_type(block: Any, kinds: tuple[str, ...], at: str) -> str:
     if not isinstance(kind, str):
         raise invalid(f"'{at}.type' must be a string", f"{at}.type")
     if kind not in kinds:
-        raise untranslatable(f"{at}.type", f"content of type {kind!r} has no translation")
+        raise untranslatable(f"{at}.type", f"{kind!r} is not among {', '.join(kinds)}")
     return kind
 
 

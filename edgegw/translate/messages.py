@@ -54,9 +54,7 @@ def chat_request(doc: Any) -> dict[str, Any]:
         raise invalid("the request body must be a JSON object", None)
     for name in doc:
         if name not in _KNOWN:
-            raise untranslatable(
-                name, f"'{name}' of the Messages API has no translation for this target"
-            )
+            raise untranslatable(name)
     model = doc.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("field 'model' is required", "model")
@@ -212,7 +210,7 @@ def _image_url(block: dict[str, Any], at: str) -> str:
         return data_url(media, data)
     if kind == "url" and isinstance(source.get("url"), str):
         return str(source["url"])
-    raise untranslatable(f"{at}.source.type", f"image sources of type {kind!r} have no translation")
+    raise untranslatable(f"{at}.source.type", "images go as base64 or a URL")
 
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
@@ -225,9 +223,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             raise invalid(f"'{at}' must be an object", at)
         if tool.get("type") not in (None, "custom"):
             # Server tools (web search, code execution, bash, ...) run at Anthropic.
-            raise untranslatable(
-                f"{at}.type", f"the {tool.get('type')!r} tool runs at Anthropic only"
-            )
+            raise untranslatable(f"{at}.type", f"the {tool.get('type')!r} tool runs at Anthropic")
         name = tool.get("name")
         if not isinstance(name, str):
             raise invalid(f"'{at}.name' must be a string", f"{at}.name")
@@ -268,7 +264,7 @@ def _thinking(thinking: Any, out: dict[str, Any]) -> None:
         out["reasoning_effort"] = reasoning_effort(budget)
     elif kind not in ("disabled", "adaptive"):  # adaptive: the target's own default
         raise untranslatable(
-            "thinking", "'thinking' must be enabled (with budget_tokens), adaptive or disabled"
+            "thinking", "it takes enabled (with budget_tokens), adaptive or disabled"
         )
 
 

@@ -45,22 +45,22 @@ def chat_request(doc: Any) -> dict[str, Any]:
         raise invalid("the request body must be a JSON object", None)
     for name, value in doc.items():
         if name not in _KNOWN and value is not None:
+            stateful = name in ("previous_response_id", "conversation")
             raise untranslatable(
                 name,
-                "'previous_response_id' needs stored responses, which this gateway does not "
-                "keep: send the whole conversation as 'input'"
-                if name == "previous_response_id"
-                else f"'{name}' of the Responses API has no translation for this target",
+                "this gateway keeps no responses: send the whole conversation as 'input'"
+                if stateful
+                else None,
             )
     model = doc.get("model")
     if not isinstance(model, str) or not model:
         raise invalid("field 'model' is required", "model")
     if doc.get("store") is True:
-        raise untranslatable("store", "responses are not stored by this gateway ('store': false)")
+        raise untranslatable("store", "this gateway keeps no responses ('store': false)")
     if doc.get("truncation") not in (None, "disabled"):
-        raise untranslatable("truncation", "only 'truncation': 'disabled' is translated")
+        raise untranslatable("truncation", "only 'disabled' is")
     if doc.get("include"):
-        raise untranslatable("include", "'include' has no translation for this target")
+        raise untranslatable("include")
     out: dict[str, Any] = {"model": model}
     messages: list[dict[str, Any]] = []
     instructions = doc.get("instructions")
@@ -145,7 +145,7 @@ def _input(value: Any) -> list[dict[str, Any]]:
         elif kind == "reasoning":
             continue  # an earlier turn's reasoning: chat models take none back
         else:
-            raise untranslatable(f"{at}.type", f"input items of type {kind!r} have no translation")
+            raise untranslatable(f"{at}.type", f"input items of type {kind!r}")
     return out
 
 
@@ -165,7 +165,7 @@ def _message(item: dict[str, Any], at: str) -> dict[str, Any]:
         if kind == "input_image":
             url = part.get("image_url")
             if not isinstance(url, str):
-                raise untranslatable(f"{where}.file_id", "images by file id have no translation")
+                raise untranslatable(f"{where}.file_id", "images go by URL")
             image: dict[str, Any] = {"url": url}
             if part.get("detail") in ("low", "high"):
                 image["detail"] = part["detail"]
@@ -189,7 +189,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
             raise invalid(f"'{at}' must be an object", at)
         if tool.get("type") != "function":
             # Hosted tools (web search, file search, computer use, ...) run at OpenAI.
-            raise untranslatable(f"{at}.type", f"the {tool.get('type')!r} tool runs at OpenAI only")
+            raise untranslatable(f"{at}.type", f"the {tool.get('type')!r} tool runs at OpenAI")
         name = tool.get("name")
         if not isinstance(name, str):
             raise invalid(f"'{at}.name' must be a string", f"{at}.name")
@@ -212,7 +212,7 @@ def _tool_choice(choice: Any) -> Any:
         and isinstance(choice.get("name"), str)
     ):
         return {"type": "function", "function": {"name": choice["name"]}}
-    raise untranslatable("tool_choice", "'tool_choice' must be auto, none, required or a function")
+    raise untranslatable("tool_choice", "it takes auto, none, required or a function")
 
 
 def _text(text: Any, out: dict[str, Any]) -> None:
