@@ -60,6 +60,7 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/mcp/tools": {"GET": mcp.list_tools},
     "/v1/responses": {"POST": native.responses},
     "/v1/messages": {"POST": native.messages},
+    "/v1/messages/count_tokens": {"POST": native.count_tokens},
     "/v1/images/generations": {"POST": native.images_generations},
     "/v1/images/edits": {"POST": native.images_edits},
     "/v1/images/variations": {"POST": native.images_variations},
@@ -68,6 +69,7 @@ PROXY_ROUTE: dict[str, Handler] = dict.fromkeys(proxy.PROXY_METHODS, proxy.proxy
 # The routes whose API writes errors in its own shape (every other one: OpenAI's envelope).
 ERROR_SHAPES: dict[str, ErrorShape] = {
     "/v1/messages": ANTHROPIC_SHAPE,
+    "/v1/messages/count_tokens": ANTHROPIC_SHAPE,
     "/v1/responses": RESPONSES_SHAPE,
 }
 # Paths without a server span (probes and metric pushes would drown the traces).

@@ -201,6 +201,7 @@ KNOWN: frozenset[str] = (
             "DISALLOWED_MODELS",
             "ENABLE_VISION",
             "ENABLE_IMAGES",
+            "ENABLE_API_TRANSLATION",
             "LOG_LEVEL",
             "LOG_FORMAT",
             "TELEMETRY_ENABLED",

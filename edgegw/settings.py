@@ -125,6 +125,8 @@ class Settings:
     disallowed_models: frozenset[str] = frozenset()
     enable_vision: bool = False
     enable_images: bool = False
+    # /v1/messages and /v1/responses for targets without the API (edgegw.routes.translated).
+    enable_api_translation: bool = False
     telemetry_enabled: bool = False
     telemetry_metrics_push_enabled: bool = False
     telemetry_metrics_port: int = 9464
@@ -391,6 +393,7 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     for var, attr in (
         ("ENABLE_VISION", "enable_vision"),
         ("ENABLE_IMAGES", "enable_images"),
+        ("ENABLE_API_TRANSLATION", "enable_api_translation"),
         ("SERVER_HTTP2_ENABLED", "http2_enabled"),
         ("TELEMETRY_ENABLED", "telemetry_enabled"),
         ("TELEMETRY_METRICS_PUSH_ENABLED", "telemetry_metrics_push_enabled"),
