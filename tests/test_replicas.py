@@ -239,7 +239,9 @@ async def test_replicas_behave_as_one(nursery: trio.Nursery, tmp_path: Path) -> 
                 (served_by,) = [
                     i
                     for i, w in enumerate(workers)
-                    if any(isinstance(r.body, dict) and r.body.get("rid") == rid for r in w.requests)
+                    if any(
+                        isinstance(r.body, dict) and r.body.get("rid") == rid for r in w.requests
+                    )
                 ]
                 seen.setdefault(key, set()).add(served_by)
         assert all(len(ws) == 1 for ws in seen.values()), seen
@@ -259,7 +261,7 @@ async def test_replicas_behave_as_one(nursery: trio.Nursery, tmp_path: Path) -> 
                 old.proc.send_signal(signal.SIGTERM)
                 # Stopping, it says so on /ready and still serves what reaches it.
                 with trio.fail_after(5):
-                    while (resp := await request(old.port, "GET", "/ready")).status != 503:
+                    while (resp := await request(old.port, "GET", "/ready")).status != 503:  # noqa: ASYNC110 (another process)
                         await trio.sleep(0.01)
                 assert orjson.loads(resp.body)["reasons"] == ["draining"]
                 direct = await request(old.port, "POST", "/v1/chat/completions", STREAM)
