@@ -27,6 +27,7 @@ Example (every key but `name` and `workers` is optional):
         profiles: {local: h100, remote: cloud}    # names for `model:profile` (these defaults)
         capabilities: {tools: true, grammar: [json_schema, regex, ebnf]}
         stop_tokens: ["<|im_end|>"]               # appended to every request's stop
+        kind: generation                          # or embedding, rerank (below)
 
 `triggers` names the local states in which a request for the model's name goes to
 `remote_fallback` (SIE's fallback reasons): `provisioning` (no worker has passed a health
@@ -40,6 +41,10 @@ be empty for a model with a `remote_fallback` (it is provisioning until workers 
 SGLang's `--served-model-name`, which SIE sets to the profile's name (the default here); a
 worker launched without it lists its model path, and is not routed to until the profile
 names that path.
+`kind` says what the workers serve: `generation` (chat and completions, the default),
+`embedding` (/v1/embeddings; SGLang launched with `--is-embedding`) or `rerank` (/v1/rerank;
+a cross-encoder, also `--is-embedding`). A request to a route the kind does not serve is
+refused with 400 `unsupported_model`.
 """
 
 from __future__ import annotations
@@ -90,12 +95,15 @@ _MODEL_KEYS = frozenset(
         "profiles",
         "capabilities",
         "stop_tokens",
+        "kind",
     }
 )
 GRAMMARS = ("json_schema", "regex", "ebnf")
 # SIE's fallback reasons, and the ones a profile that declares no triggers falls back on.
 FALLBACK_REASONS = ("provisioning", "model_loading", "saturated", "unhealthy")
 DEFAULT_TRIGGERS = frozenset({"provisioning", "model_loading"})
+# What a profile's workers serve, and the routes that reach each kind.
+KINDS = ("generation", "embedding", "rerank")
 
 
 class ProfileError(ValueError):
@@ -139,6 +147,7 @@ class LocalModel:
     stop_tokens: tuple[str, ...] = ()
     # The model's name on its workers (None: `name`, as SIE launches SGLang).
     served_model_name: str | None = None
+    kind: str = "generation"
 
     @property
     def served_name(self) -> str:
@@ -352,6 +361,10 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
     if not isinstance(stop_tokens, list) or not all(isinstance(t, str) and t for t in stop_tokens):
         raise fail("stop_tokens", "expected a list of strings")
 
+    kind = data.get("kind", "generation")
+    if kind not in KINDS:
+        raise fail("kind", f"expected one of {', '.join(KINDS)}")
+
     return LocalModel(
         name=name,
         workers=tuple(workers),
@@ -371,4 +384,5 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
         grammars=frozenset(grammars),
         stop_tokens=tuple(dict.fromkeys(stop_tokens)),
         served_model_name=served,
+        kind=kind,
     )
