@@ -41,7 +41,7 @@ def check_embeddings(req: EmbeddingsRequest, rt: LocalRuntime) -> None:
     ids below the vocabulary), texts counted with the profile's tokenizer when it has one."""
     window = rt.context_window
     if req.tokens:
-        vocab = rt.vocab_size
+        vocab = rt.vocab_size or (rt.tokenizer.get_vocab_size() if rt.tokenizer else None)
         for i, ids in enumerate(req.inputs):
             assert isinstance(ids, list)
             if window and len(ids) > window:
