@@ -2,7 +2,7 @@
 the 400 that refuses it), and the answers in the one shape each route gives its clients.
 
 The JSON itself is read strictly by the Rust core (`parse_passthrough`: one object, no
-duplicate key, depth bounds, and the `model` value rewritten in place); the members are then
+duplicate key, bounded depth); the members are then
 checked here against one table per route (`EMBEDDINGS_FIELDS`, `RERANK_FIELDS`), as the
 Rust tables do for chat: JSON `null` counts as absent, a member outside the table is
 refused as `unsupported_field` (the alphabetically first), a value of the wrong shape as
@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from edgegw._core import PassthroughRequest, parse_passthrough
+from edgegw._core import parse_passthrough
 from edgegw.errors import GatewayError, fail
 from edgegw.providers import Provider
 
@@ -84,12 +84,16 @@ RERANK_FIELDS: dict[str, tuple[bool, Check]] = {
 }
 
 
-def _members(
-    body: bytes, table: dict[str, tuple[bool, Check]]
-) -> tuple[dict[str, Any], PassthroughRequest]:
+def _members(body: bytes, table: dict[str, tuple[bool, Check]]) -> dict[str, Any]:
     """The body's non-null members, checked against `table`."""
-    passthrough = parse_passthrough(body)  # strict JSON (400 from the Rust core)
-    doc = orjson.loads(body)
+    # The Rust core's strict reading first (one object, no duplicate key, bounded depth:
+    # 400 `invalid_request`), which orjson does not do; orjson then gives the values, which
+    # the route uses (token counts, the upstream body, base64, a rerank's documents).
+    parse_passthrough(body)
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:  # the two parsers disagreeing is a 400, never a 500
+        raise fail("invalid_request", "invalid JSON") from None
     for name, (required, check) in table.items():
         v = doc.get(name)
         if v is None:
@@ -104,7 +108,7 @@ def _members(
             f"'{unknown[0]}' is not supported by this endpoint",
             param=unknown[0],
         )
-    return {k: v for k, v in doc.items() if v is not None}, passthrough
+    return {k: v for k, v in doc.items() if v is not None}
 
 
 def _token_ids(name: str, v: Any) -> list[int]:
@@ -151,7 +155,6 @@ class EmbeddingsRequest:
     encoding_format: str  # what the client gets
     dimensions: int | None
     user: str | None
-    body: PassthroughRequest
 
     def upstream_body(self, model: str, provider: Provider) -> tuple[bytes, bool]:
         """The body for `provider`, and whether edgegw encodes the answer to base64 (the
@@ -181,7 +184,7 @@ class EmbeddingsRequest:
 
 
 def parse_embeddings(body: bytes, *, max_inputs: int, max_input_bytes: int) -> EmbeddingsRequest:
-    doc, passthrough = _members(body, EMBEDDINGS_FIELDS)
+    doc = _members(body, EMBEDDINGS_FIELDS)
     raw = doc["input"]
     inputs: list[Input]
     if isinstance(raw, str):
@@ -211,7 +214,6 @@ def parse_embeddings(body: bytes, *, max_inputs: int, max_input_bytes: int) -> E
         encoding_format=doc.get("encoding_format", "float"),
         dimensions=doc.get("dimensions"),
         user=doc.get("user"),
-        body=passthrough,
     )
 
 
@@ -222,7 +224,6 @@ class RerankRequest:
     documents: list[str]
     top_n: int | None
     return_documents: bool
-    body: PassthroughRequest
 
     def upstream_body(self, model: str) -> bytes:
         """The body for a remote provider: what the shared shape carries but
@@ -247,7 +248,7 @@ class RerankRequest:
 
 
 def parse_rerank(body: bytes, *, max_documents: int, max_input_bytes: int) -> RerankRequest:
-    doc, passthrough = _members(body, RERANK_FIELDS)
+    doc = _members(body, RERANK_FIELDS)
     _check_bytes("query", None, doc["query"], max_input_bytes)
     documents = doc["documents"]
     if not isinstance(documents, list) or not documents:
@@ -259,7 +260,6 @@ def parse_rerank(body: bytes, *, max_documents: int, max_input_bytes: int) -> Re
         documents=_texts("documents", documents, max_input_bytes),
         top_n=doc.get("top_n"),
         return_documents=doc.get("return_documents", False),
-        body=passthrough,
     )
 
 

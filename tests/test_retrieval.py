@@ -168,6 +168,8 @@ async def test_refusals_are_in_the_envelope(gw: Gateway, fake: FakeProviders) ->
         ("/v1/embeddings", b'{"model": "openai/x", "input": "hi"', (400, "invalid_request", None)),
         ("/v1/embeddings", b'{"model":"openai/x","input":"a","input":"b"}', (400, "invalid_request", None)),
         ("/v1/rerank", b"[1]", (400, "invalid_request", None)),
+        ("/v1/embeddings", b'{"model":"openai/x","input":[123456789012345678901234567890]}', (400, "invalid_request", "input")),
+        ("/v1/embeddings", b'{"model":"openai/x","input":"\\ud800"}', (400, "invalid_request", None)),
         ("/v1/embeddings", {"input": "hi"}, (400, "invalid_request", "model")),
         ("/v1/embeddings", {"model": "openai/x"}, (400, "invalid_request", "input")),
         ("/v1/embeddings", {"model": "openai/x", "input": ""}, (400, "invalid_request", "input")),
