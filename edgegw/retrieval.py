@@ -1,12 +1,10 @@
 """The embeddings and rerank requests and answers, pure: bytes in, a checked request out (or
 the 400 that refuses it), and the answers in the one shape each route gives its clients.
 
-The JSON itself is read strictly by the Rust core (`parse_passthrough`: one object, no
-duplicate key, bounded depth); the members are then
-checked here against one table per route (`EMBEDDINGS_FIELDS`, `RERANK_FIELDS`), as the
-Rust tables do for chat: JSON `null` counts as absent, a member outside the table is
-refused as `unsupported_field` (the alphabetically first), a value of the wrong shape as
-`invalid_request` naming it.
+The body is checked by the Rust core (rust/src/request/retrieval.rs: strict JSON, one
+allow-list table per route, the operator's bounds on inputs and bytes: 400 `invalid_request`,
+`unsupported_field`, `too_many_inputs`, `input_too_long`); orjson then reads the values the
+route uses (token counts, the upstream body, base64, a rerank's documents).
 
 /v1/embeddings is OpenAI's `CreateEmbeddingRequest`: `input` a string, an array of strings,
 an array of token ids or an array of such arrays; `encoding_format` `float` or `base64`
@@ -20,129 +18,26 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from edgegw._core import parse_passthrough
+from edgegw._core import parse_embeddings_request, parse_rerank_request
 from edgegw.errors import GatewayError, fail
 from edgegw.providers import Provider
 
 Input = str | list[int]
-Check = Callable[[str, Any], None]
 
 
-def _invalid(name: str, message: str) -> GatewayError:
-    return fail("invalid_request", message, param=name)
-
-
-def _string(name: str, v: Any) -> None:
-    if not isinstance(v, str):
-        raise _invalid(name, f"'{name}' must be a string")
-
-
-def _non_empty_string(name: str, v: Any) -> None:
-    if not isinstance(v, str) or not v:
-        raise _invalid(name, f"'{name}' must be a non-empty string")
-
-
-def _bool(name: str, v: Any) -> None:
-    if not isinstance(v, bool):
-        raise _invalid(name, f"'{name}' must be a boolean")
-
-
-def _positive_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 2**31 - 1:
-        raise _invalid(name, f"'{name}' must be a positive integer")
-
-
-def _encoding(name: str, v: Any) -> None:
-    if v not in ("float", "base64"):
-        raise _invalid(name, f"'{name}' must be one of float, base64")
-
-
-def _any(name: str, v: Any) -> None:
-    """Checked by the route's own reading (`input`, `documents`)."""
-
-
-# field -> (required, rule), in check order.
-EMBEDDINGS_FIELDS: dict[str, tuple[bool, Check]] = {
-    "model": (True, _non_empty_string),
-    "input": (True, _any),
-    "encoding_format": (False, _encoding),
-    "dimensions": (False, _positive_int),
-    "user": (False, _string),
-}
-RERANK_FIELDS: dict[str, tuple[bool, Check]] = {
-    "model": (True, _non_empty_string),
-    "query": (True, _non_empty_string),
-    "documents": (True, _any),
-    "top_n": (False, _positive_int),
-    "return_documents": (False, _bool),
-}
-
-
-def _members(body: bytes, table: dict[str, tuple[bool, Check]]) -> dict[str, Any]:
-    """The body's non-null members, checked against `table`."""
-    # The Rust core's strict reading first (one object, no duplicate key, bounded depth:
-    # 400 `invalid_request`), which orjson does not do; orjson then gives the values, which
-    # the route uses (token counts, the upstream body, base64, a rerank's documents).
-    parse_passthrough(body)
+def _values(body: bytes) -> dict[str, Any]:
+    """The members of a body the Rust core checked, as values (`null` ones left out)."""
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError:  # the two parsers disagreeing is a 400, never a 500
         raise fail("invalid_request", "invalid JSON") from None
-    for name, (required, check) in table.items():
-        v = doc.get(name)
-        if v is None:
-            if required:
-                raise _invalid(name, f"field '{name}' is required")
-            continue
-        check(name, v)
-    unknown = sorted(k for k in doc if k not in table)
-    if unknown:
-        raise fail(
-            "unsupported_field",
-            f"'{unknown[0]}' is not supported by this endpoint",
-            param=unknown[0],
-        )
     return {k: v for k, v in doc.items() if v is not None}
-
-
-def _token_ids(name: str, v: Any) -> list[int]:
-    if not v or not all(type(t) is int and 0 <= t < 2**31 for t in v):
-        raise _invalid(name, f"'{name}' token arrays must be non-empty lists of token ids")
-    return v  # type: ignore[no-any-return]
-
-
-def _texts(name: str, v: list[Any], max_bytes: int) -> list[str]:
-    for i, text in enumerate(v):
-        if not isinstance(text, str) or not text:
-            raise _invalid(name, f"'{name}[{i}]' must be a non-empty string")
-        _check_bytes(name, i, text, max_bytes)
-    return v
-
-
-def _check_bytes(name: str, i: int | None, text: str, max_bytes: int) -> None:
-    # UTF-8 is at most 4 bytes a character: only a long text is encoded to be measured.
-    if len(text) * 4 > max_bytes and len(text.encode()) > max_bytes:
-        where = name if i is None else f"{name}[{i}]"
-        raise fail(
-            "input_too_long",
-            f"'{where}' is longer than {max_bytes} bytes (EDGEGW_RETRIEVAL_MAX_INPUT_BYTES)",
-            param=name,
-        )
-
-
-def _count(name: str, n: int, bound: int, setting: str) -> None:
-    if n > bound:
-        raise fail(
-            "too_many_inputs",
-            f"'{name}' has {n} items; at most {bound} are accepted ({setting})",
-            param=name,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,33 +79,14 @@ class EmbeddingsRequest:
 
 
 def parse_embeddings(body: bytes, *, max_inputs: int, max_input_bytes: int) -> EmbeddingsRequest:
-    doc = _members(body, EMBEDDINGS_FIELDS)
+    checked = parse_embeddings_request(body, max_inputs, max_input_bytes)
+    doc = _values(body)
     raw = doc["input"]
-    inputs: list[Input]
-    if isinstance(raw, str):
-        if not raw:
-            raise _invalid("input", "'input' must not be an empty string")
-        _check_bytes("input", None, raw, max_input_bytes)
-        inputs, single, tokens = [raw], True, False
-    elif isinstance(raw, list) and raw and all(isinstance(x, str) for x in raw):
-        _count("input", len(raw), max_inputs, "EDGEGW_EMBEDDINGS_MAX_INPUTS")
-        inputs, single, tokens = list(_texts("input", raw, max_input_bytes)), False, False
-    elif isinstance(raw, list) and raw and all(type(x) is int for x in raw):
-        inputs, single, tokens = [_token_ids("input", raw)], True, True
-    elif isinstance(raw, list) and raw and all(isinstance(x, list) for x in raw):
-        _count("input", len(raw), max_inputs, "EDGEGW_EMBEDDINGS_MAX_INPUTS")
-        inputs, single, tokens = [_token_ids("input", x) for x in raw], False, True
-    else:
-        raise _invalid(
-            "input",
-            "'input' must be a non-empty string, array of strings, array of token ids, "
-            "or array of token-id arrays",
-        )
     return EmbeddingsRequest(
-        model=doc["model"],
-        inputs=inputs,
-        single=single,
-        tokens=tokens,
+        model=checked.model,
+        inputs=[raw] if checked.single else raw,
+        single=checked.single,
+        tokens=checked.tokens,
         encoding_format=doc.get("encoding_format", "float"),
         dimensions=doc.get("dimensions"),
         user=doc.get("user"),
@@ -248,16 +124,12 @@ class RerankRequest:
 
 
 def parse_rerank(body: bytes, *, max_documents: int, max_input_bytes: int) -> RerankRequest:
-    doc = _members(body, RERANK_FIELDS)
-    _check_bytes("query", None, doc["query"], max_input_bytes)
-    documents = doc["documents"]
-    if not isinstance(documents, list) or not documents:
-        raise _invalid("documents", "'documents' must be a non-empty array of strings")
-    _count("documents", len(documents), max_documents, "EDGEGW_RERANK_MAX_DOCUMENTS")
+    checked = parse_rerank_request(body, max_documents, max_input_bytes)
+    doc = _values(body)
     return RerankRequest(
-        model=doc["model"],
+        model=checked.model,
         query=doc["query"],
-        documents=_texts("documents", documents, max_input_bytes),
+        documents=doc["documents"],
         top_n=doc.get("top_n"),
         return_documents=doc.get("return_documents", False),
     )

@@ -17,6 +17,12 @@ import openai
 import orjson
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from edgegw._core import RequestError
+from edgegw.errors import GatewayError
+from edgegw.retrieval import parse_embeddings, parse_rerank
 
 from .conftest import Gateway, in_thread, openai_client, sample, scrape, start_gateway
 from .fake_providers import EMBEDDING_DIM, EMBEDDINGS, FakeProviders
@@ -70,6 +76,62 @@ async def gw(nursery: trio.Nursery, fake: FakeProviders) -> Gateway:
 def sdk(gw: Gateway) -> Iterator[openai.OpenAI]:
     with openai_client(gw.base, api_key="x", timeout=20) as client:
         yield client
+
+
+# --- the request tables ---------------------------------------------------------------
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=12,
+)  # fmt: skip
+TOKENS = st.lists(st.integers(-2, 2**31), min_size=0, max_size=4)
+INPUTS = (
+    st.text(max_size=20) | st.lists(st.text(max_size=12), max_size=5) | TOKENS
+    | st.lists(TOKENS, max_size=4) | VALUES
+)  # fmt: skip
+EMBEDDINGS_BODIES = st.fixed_dictionaries(
+    {"model": st.text(max_size=6) | VALUES, "input": INPUTS},
+    optional={
+        "encoding_format": st.sampled_from(["float", "base64", "int8"]) | VALUES,
+        "dimensions": st.integers(-2, 2**32) | VALUES,
+        "user": VALUES,
+        "input_type": VALUES,
+    },
+)
+RERANK_BODIES = st.fixed_dictionaries(
+    {"model": st.text(max_size=6), "query": st.text(max_size=20) | VALUES,
+     "documents": st.lists(st.text(max_size=12), max_size=5) | VALUES},
+    optional={"top_n": st.integers(-1, 9) | VALUES, "return_documents": VALUES},
+)  # fmt: skip
+REFUSALS = ("invalid_request", "unsupported_field", "too_many_inputs", "input_too_long")
+
+
+@given(body=EMBEDDINGS_BODIES)
+def test_embeddings_bodies_are_read_or_refused(body: dict[str, Any]) -> None:
+    """Any body shaped like the request is read or refused with a 400, never anything else;
+    a read one holds the values the body sent."""
+    try:
+        req = parse_embeddings(orjson.dumps(body), max_inputs=4, max_input_bytes=16)
+    except (RequestError, GatewayError) as e:
+        assert (e.status, e.code) in {(400, code) for code in REFUSALS}
+        return
+    raw = body["input"]
+    assert req.model == body["model"] and req.wire_input() == raw
+    assert len(req.inputs) == (1 if req.single else len(raw)) <= 4
+    assert req.encoding_format == (body.get("encoding_format") or "float")
+
+
+@given(body=RERANK_BODIES)
+def test_rerank_bodies_are_read_or_refused(body: dict[str, Any]) -> None:
+    try:
+        req = parse_rerank(orjson.dumps(body), max_documents=3, max_input_bytes=16)
+    except (RequestError, GatewayError) as e:
+        assert (e.status, e.code) in {(400, code) for code in REFUSALS}
+        return
+    assert (req.query, req.documents) == (body["query"], body["documents"])
+    assert 1 <= len(req.documents) <= 3 and all(req.documents)
 
 
 # --- remote providers ------------------------------------------------------------------
