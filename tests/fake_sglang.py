@@ -36,7 +36,8 @@ they are the tokenizer manager's ValueError, 400 flat ("not an embedding model")
 /generate and the generation endpoints are the same 400 the other way round. The vector of an
 input is ``embedding_of(input, script.embedding_dim)`` (deterministic, from a hash of the text
 or the ids); a rerank score is ``relevance_of(query, document)`` (shared words, hash-broken
-ties). ``prompt_tokens`` counts words (or ids), as generation does.
+ties). ``prompt_tokens`` counts words (or ids), as generation does. The answer waits
+``first_chunk_delay_s``; a client gone meanwhile is counted in ``disconnects``.
 
 Generation. The prompt counts one token per whitespace-separated word of ``text`` (or one per
 ``input_ids`` entry; chat: words of the message contents). Token ``i`` of candidate ``j`` is
@@ -509,7 +510,9 @@ class FakeSGLang:
                  "prompt_tokens_details": None}  # fmt: skip
         model = payload.get("model", "default")
         self.generations += 1
-        return _json(200, {"data": data, "model": model, "object": "list", "usage": usage})
+        return self._delayed(
+            _json(200, {"data": data, "model": model, "object": "list", "usage": usage})
+        )
 
     def _rerank(self, headers: dict[str, str], raw: bytes) -> _Reply:
         script = self.script
@@ -542,7 +545,21 @@ class FakeSGLang:
             ranked.append(item)
         ranked.sort(key=lambda r: -r["score"])
         self.generations += 1
-        return _json(200, ranked[:top_n] if top_n else ranked)
+        return self._delayed(_json(200, ranked[:top_n] if top_n else ranked))
+
+    def _delayed(self, reply: _Reply) -> Any:
+        """`reply` after `script.first_chunk_delay_s` (the whole forward pass), a client
+        that goes away meanwhile counted in `disconnects`."""
+        delay = self.script.first_chunk_delay_s
+        if delay <= 0:
+            return reply
+
+        async def work(out: plainhttp.Responder) -> bool:
+            await trio.sleep(delay)
+            await _send(out, reply)
+            return True
+
+        return work
 
     # ---- /generate ---------------------------------------------------------------------------
 

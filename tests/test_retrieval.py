@@ -24,7 +24,15 @@ from edgegw._core import RequestError
 from edgegw.errors import GatewayError
 from edgegw.retrieval import parse_embeddings, parse_rerank
 
-from .conftest import Gateway, in_thread, openai_client, sample, scrape, start_gateway
+from .conftest import (
+    Gateway,
+    in_thread,
+    openai_client,
+    sample,
+    scrape,
+    start_gateway,
+    wait_until,
+)
 from .fake_providers import EMBEDDING_DIM, EMBEDDINGS, FakeProviders
 from .fake_sglang import FakeSGLang, Script, embedding_of, relevance_of
 from .rawhttp import RawResponse, request
@@ -513,3 +521,60 @@ async def test_a_failed_worker_is_passed_over_and_none_falls_back(
     )
     assert error_of(resp)[:2] == (503, "QUEUE_FULL")
     assert resp.headers[b"x-sie-error-code"] == b"QUEUE_FULL"
+
+
+async def test_tracing_spans_as_chat_has_them(nursery: trio.Nursery, fake: FakeProviders) -> None:
+    from .otlp_receiver import OtlpReceiver
+    from .test_tracing import CLIENT, SERVER, exported, server_span, tracing_env
+
+    collector = OtlpReceiver()
+    collector.port = await nursery.start(collector.serve)
+    env = tracing_env(f"http://127.0.0.1:{collector.port}", **fake.env("openai", "cohere"))
+    gw = await start_gateway(nursery, env)
+    resp = await post(gw, "/v1/embeddings", {"model": "openai/embed-1", "input": TEXTS})
+    assert resp.status == 200
+    resp = await post(gw, "/v1/rerank", {"model": "cohere/r", "query": QUERY, "documents": DOCS})
+    assert resp.status == 200
+    await exported(gw, lambda: server_span(collector, "/v1/rerank") is not None)
+    for path, provider, operation in [
+        ("/v1/embeddings", "openai", "embeddings"),
+        ("/v1/rerank", "cohere", "rerank"),
+    ]:
+        server = server_span(collector, path)
+        assert server is not None
+        names = {s.name: s for s in collector.spans if s.trace_id == server.trace_id}
+        assert {"parse", "route"} <= names.keys()
+        assert names["route"].attributes["edgegw.route.target"] == provider
+        (attempt,) = [
+            s for s in collector.spans if s.trace_id == server.trace_id and s.kind == CLIENT
+        ]
+        assert attempt.parent_id == server.span_id and server.kind == SERVER
+        attrs = server.attributes
+        assert attrs["gen_ai.operation.name"] == operation
+        assert attrs["gen_ai.provider.name"] == provider
+        assert attrs["http.response.status_code"] == 200
+    server = server_span(collector, "/v1/embeddings")
+    assert server is not None and server.attributes["gen_ai.usage.input_tokens"] == TEXT_TOKENS
+
+
+async def test_local_timeout_and_disconnect(nursery: trio.Nursery, tmp_path: Path) -> None:
+    worker = await start_worker(nursery, model_path="BAAI/bge-m3", first_chunk_delay_s=5)
+    reranker = await start_worker(nursery, model_path="bge-reranker")
+    # Longer than the disconnect watch takes to start (edgegw.exchange.WATCH_DELAY_S).
+    text = profiles(worker.port, reranker.port, timeouts="{overall_s: 1}")
+    gw = await local_gateway(nursery, tmp_path, text)
+    # The profile's overall timeout bounds the worker's answer.
+    resp = await post(gw, "/v1/embeddings", {"model": "bge-m3", "input": "hi"})
+    assert error_of(resp)[:2] == (504, "overall_timeout")
+    await wait_until(lambda: worker.disconnects == 1)
+    # A client that goes away: the worker's request is closed with it.
+    with trio.move_on_after(0.1):
+        await post(gw, "/v1/embeddings", {"model": "bge-m3", "input": "hi"})
+    await wait_until(lambda: worker.disconnects == 2)
+    # Recorded as chat's are: the timeout's 504, the client gone as 499.
+    duration = "gen_ai_server_request_duration_seconds_count"
+    labels = {"gen_ai_provider_name": "local", "gen_ai_operation_name": "embeddings"}
+    for status in ("504", "499"):
+        with trio.fail_after(2):  # recorded as the handler ends, beside the worker's close
+            while sample(await scrape(gw.metrics_port), duration, error_type=status, **labels) != 1:  # noqa: ASYNC110
+                await trio.sleep(0.01)

@@ -17,9 +17,12 @@ the provider, status and usage, the span.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import trio
 
 from edgegw.answer import Outcome
 from edgegw.asgi import Call
@@ -97,7 +100,7 @@ async def rerank(gw: Gateway, call: Call) -> None:
 
 async def _retrieval(gw: Gateway, call: Call, api: RetrievalApi) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
-    req = api.parse(gw, body)
+    req = _parse_traced(gw, call, api, body)
     with Recording(gw, call, req.model, api.operation, False) as rec:
         extra: Headers = ()
         guard = guard_request(gw.guardrails, call, api.guarded, req.model)
@@ -106,7 +109,7 @@ async def _retrieval(gw: Gateway, call: Call, api: RetrievalApi) -> None:
             if forwarded is not body:  # redacted: checked again (its model is the same)
                 req = api.parse(gw, forwarded)
         forbid = remote_forbidden(call)
-        target = gw.resolver.generation(req.model, call.provider_param())
+        target = _decide_traced(gw, call, req.model)
         if isinstance(target, Local):
             rec.provider = "local"
             rec.outcome = await _local(gw, call, api, req, target.runtime, forbid, extra, rec)
@@ -115,6 +118,38 @@ async def _retrieval(gw: Gateway, call: Call, api: RetrievalApi) -> None:
             raise remote_target_forbidden()
         rec.provider = target.target.provider.id
         rec.outcome = await _remote(gw, call, api, req, target, extra)
+
+
+def _parse_traced(gw: Gateway, call: Call, api: RetrievalApi, body: bytes) -> Request:
+    """The body checked, with tracing on recorded as the `parse` span (chat's)."""
+    trace = call.trace
+    if trace is None:
+        return api.parse(gw, body)
+    started = time.time_ns()
+    try:
+        req = api.parse(gw, body)
+    except BaseException as e:
+        trace.parsed(started, body, e)
+        raise
+    trace.parsed(started, body)
+    return req
+
+
+def _decide_traced(gw: Gateway, call: Call, model: str) -> Local | Remote:
+    """Where the request goes (edgegw.resolve), with tracing on as the `route` span."""
+    trace = call.trace
+    if trace is None:
+        return gw.resolver.generation(model, call.provider_param())
+    started = time.time_ns()
+    try:
+        target = gw.resolver.generation(model, call.provider_param())
+    except BaseException as e:
+        trace.route(started, model, None, False, e)
+        raise
+    trace.route(
+        started, model, "local" if isinstance(target, Local) else target.target.provider.id, False
+    )
+    return target
 
 
 async def _local(
@@ -129,7 +164,11 @@ async def _local(
 ) -> Outcome:
     check_kind(rt, api.kind, api.route)
     if isinstance(req, EmbeddingsRequest):
-        local.check_embeddings(req, rt)
+        if rt.tokenizer is not None and not req.tokens:
+            # Counting 2,048 texts' tokens takes a while: off the event loop.
+            await trio.to_thread.run_sync(local.check_embeddings, req, rt)
+        else:
+            local.check_embeddings(req, rt)
     name = rt.profile.name
     served = await local.serve(
         gw.exchanges,
