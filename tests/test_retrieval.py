@@ -578,3 +578,25 @@ async def test_local_timeout_and_disconnect(nursery: trio.Nursery, tmp_path: Pat
         with trio.fail_after(2):  # recorded as the handler ends, beside the worker's close
             while sample(await scrape(gw.metrics_port), duration, error_type=status, **labels) != 1:  # noqa: ASYNC110
                 await trio.sleep(0.01)
+
+
+def test_profile_kinds_and_their_fallbacks(tmp_path: Path) -> None:
+    from edgegw.local.profiles import ProfileError, parse_profile
+
+    def profile(**extra: Any) -> Any:
+        data = {"name": "m", "workers": [{"url": "http://127.0.0.1:1"}], **extra}
+        return parse_profile(data, tmp_path, "edgegw.yaml", 0)
+
+    assert profile().kind == "generation"
+    assert profile(kind="rerank", remote_fallback="cohere/rerank-v3.5").kind == "rerank"
+    assert (
+        profile(kind="embedding", remote_fallback="openai/text-embedding-3-small").kind
+        == "embedding"
+    )
+    for extra, key in [
+        ({"kind": "classify"}, "kind"),
+        ({"kind": "embedding", "remote_fallback": "anthropic/claude"}, "remote_fallback"),
+        ({"kind": "rerank", "remote_fallback": "openai/gpt-4o"}, "remote_fallback"),
+    ]:
+        with pytest.raises(ProfileError, match=f"model 'm': {key}: "):
+            profile(**extra)

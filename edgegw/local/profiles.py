@@ -57,6 +57,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from edgegw.providers import PROVIDERS
+
 # SIE's pool-name rule: refused, never mangled.
 _POOL = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 # A model name is sent as-is in `model`: no provider prefix, no spaces or control bytes.
@@ -364,6 +366,18 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
     kind = data.get("kind", "generation")
     if kind not in KINDS:
         raise fail("kind", f"expected one of {', '.join(KINDS)}")
+    if fallback is not None and kind != "generation":
+        # A fallback that could never answer the route is refused now, not per request.
+        provider = PROVIDERS.get(fallback.partition("/")[0].lower())
+        path = (
+            None
+            if provider is None
+            else provider.rerank_path
+            if kind == "rerank"
+            else provider.embeddings_path
+        )
+        if provider is not None and path is None:
+            raise fail("remote_fallback", f"provider '{provider.id}' has no {kind} API")
 
     return LocalModel(
         name=name,
