@@ -600,3 +600,31 @@ def test_profile_kinds_and_their_fallbacks(tmp_path: Path) -> None:
     ]:
         with pytest.raises(ProfileError, match=f"model 'm': {key}: "):
             profile(**extra)
+
+
+async def test_pool_headers_choose_the_worker(nursery: trio.Nursery, tmp_path: Path) -> None:
+    a = await start_worker(nursery, model_path="BAAI/bge-m3")
+    b = await start_worker(nursery, model_path="BAAI/bge-m3")
+    text = (
+        "local_models:\n"
+        "  - name: bge-m3\n"
+        "    served_model_name: BAAI/bge-m3\n"
+        "    kind: embedding\n"
+        f'    workers: [{{url: "http://127.0.0.1:{a.port}", pool: a}}, '
+        f'{{url: "http://127.0.0.1:{b.port}", pool: b, machine_profile: l4}}]\n'
+    )
+    gw = await local_gateway(nursery, tmp_path, text)
+    body = {"model": "bge-m3", "input": "hi"}
+    for headers, worker in [
+        ([], a),
+        ([("x-sie-pool", "b")], b),
+        ([("x-sie-machine-profile", "b/l4")], b),
+    ]:
+        before = len([r for r in worker.requests if r.path == "/v1/embeddings"])
+        resp = await post(gw, "/v1/embeddings", body, headers)
+        assert resp.status == 200, (headers, resp.body)
+        assert len([r for r in worker.requests if r.path == "/v1/embeddings"]) == before + 1
+    resp = await post(gw, "/v1/embeddings", body, [("x-sie-pool", "c")])
+    assert error_of(resp) == (400, "invalid_request", "X-SIE-Pool")
+    resp = await post(gw, "/v1/embeddings", body, [("x-sie-pool", "a"), ("x-sie-pool", "b")])
+    assert error_of(resp) == (400, "invalid_request", "X-SIE-Pool")
