@@ -20,6 +20,9 @@ __all__ = [
     "parse_completions_request",
     "PassthroughRequest",
     "parse_passthrough",
+    "RetrievalRequest",
+    "parse_embeddings_request",
+    "parse_rerank_request",
     "MAX_JSON_DEPTH",
     "gunzip_capped",
     "decode_otlp_metrics",
@@ -201,6 +204,25 @@ class PassthroughRequest:
     def with_model(self, model: str) -> bytes: ...
 
 def parse_passthrough(body: bytes) -> PassthroughRequest: ...
+
+# /v1/embeddings and /v1/rerank (rust/src/request/retrieval.rs).
+@final
+class RetrievalRequest:
+    @property
+    def model(self) -> str: ...
+    @property
+    def items(self) -> int: ...
+    @property
+    def single(self) -> bool: ...
+    @property
+    def tokens(self) -> bool: ...
+
+def parse_embeddings_request(
+    body: bytes, max_inputs: int, max_input_bytes: int
+) -> RetrievalRequest: ...
+def parse_rerank_request(
+    body: bytes, max_documents: int, max_input_bytes: int
+) -> RetrievalRequest: ...
 
 # OTLP metrics push (rust/src/otlp.rs).
 OTLP_MAX_DECODED_BYTES: int

@@ -43,7 +43,7 @@ from edgegw.errors import (
 )
 from edgegw.gateway import Gateway
 from edgegw.logs import access_line
-from edgegw.routes import generation, mcp, metrics, models, native, probes, proxy
+from edgegw.routes import generation, mcp, metrics, models, native, probes, proxy, retrieval
 
 log = logging.getLogger("edgegw.app")
 
@@ -55,6 +55,8 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/ready": {"GET": probes.ready},
     "/v1/chat/completions": {"POST": generation.chat_completions},
     "/v1/completions": {"POST": generation.completions},
+    "/v1/embeddings": {"POST": retrieval.embeddings},
+    "/v1/rerank": {"POST": retrieval.rerank},
     "/v1/models": {"GET": models.list_models},
     "/v1/metrics": {"POST": metrics.metrics_push},
     "/v1/mcp/tools": {"GET": mcp.list_tools},

@@ -116,6 +116,11 @@ class Settings:
     max_bodies: int = 4096
     max_bodies_per_client: int = 256
     max_body_bytes_in_progress: int = 256 * 1024 * 1024
+    # /v1/embeddings and /v1/rerank (edgegw.retrieval): inputs (documents) per request, and
+    # the UTF-8 bytes of one input text (a query or document too).
+    embeddings_max_inputs: int = 2048
+    rerank_max_documents: int = 1000
+    retrieval_max_input_bytes: int = 64 * 1024
     # Processes sharing the port (`edgegw serve`); None means one per core.
     workers: int | None = None
     log_level: str = "INFO"
@@ -438,6 +443,12 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["max_bodies_per_client"] = _int("EDGEGW_MAX_BODIES_PER_CLIENT", v, 1, 1_000_000)
     if v := env.get("EDGEGW_MAX_BODIES_BYTES"):
         kw["max_body_bytes_in_progress"] = _int("EDGEGW_MAX_BODIES_BYTES", v, 1 << 20, 1 << 40)
+    if v := env.get("EDGEGW_EMBEDDINGS_MAX_INPUTS"):
+        kw["embeddings_max_inputs"] = _int("EDGEGW_EMBEDDINGS_MAX_INPUTS", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_RERANK_MAX_DOCUMENTS"):
+        kw["rerank_max_documents"] = _int("EDGEGW_RERANK_MAX_DOCUMENTS", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_RETRIEVAL_MAX_INPUT_BYTES"):
+        kw["retrieval_max_input_bytes"] = _int("EDGEGW_RETRIEVAL_MAX_INPUT_BYTES", v, 1, 1 << 30)
     if v := env.get("EDGEGW_WORKERS"):
         kw["workers"] = _int("EDGEGW_WORKERS", v, 1, 1024)
     if v := env.get("UPSTREAM_MAX_RESPONSE_SIZE"):

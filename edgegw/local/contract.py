@@ -70,10 +70,8 @@ def check_request(
     """`forbid_remote` is what `remote_forbidden(call)` said (the route reads the header
     first, for every target)."""
     chat = req.endpoint == "chat"
-    pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
-    pool, machine = machine_profile(
-        _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE"), pool, gpu_aliases
-    )
+    check_kind(rt, "generation", "/v1/chat/completions" if chat else "/v1/completions")
+    pool, machine = placement(call, gpu_aliases)
     sdk_versions.note(_one_header(call, b"x-sie-sdk-version", "X-SIE-SDK-Version"))
     # Fields of the SIE contract SGLang does not take (the Rust tables say which).
     for name in req.local_unsupported:
@@ -144,6 +142,24 @@ def remote_target_forbidden() -> GatewayError:
         "INVALID_INPUT",
         "X-SIE-Remote: forbid was sent for a model served by a remote provider",
         param="X-SIE-Remote",
+    )
+
+
+def check_kind(rt: LocalRuntime, kind: str, route: str) -> None:
+    """A local model whose profile's `kind` is not `kind` does not serve `route`."""
+    if rt.profile.kind != kind:
+        raise fail(
+            "unsupported_model",
+            f"local model '{rt.profile.name}' (kind: {rt.profile.kind}) does not serve {route}",
+            param="model",
+        )
+
+
+def placement(call: Call, gpu_aliases: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(pool, machine profile) from `X-SIE-Pool` and `X-SIE-MACHINE-PROFILE`."""
+    pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
+    return machine_profile(
+        _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE"), pool, gpu_aliases
     )
 
 

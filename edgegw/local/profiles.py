@@ -11,7 +11,9 @@ naming the file, the model and the key:
 reasons; default provisioning and model_loading); `name:local` / `name:remote` (renamed
 by `profiles`) pin one side. `served_model_name` is SGLang's `--served-model-name`, which
 SIE sets to the profile's name (the default here): a worker that lists another name is not
-routed to.
+routed to. `kind` says what the workers serve: `generation` (the default),
+`embedding` (/v1/embeddings) or `rerank` (/v1/rerank), both SGLang launched with
+`--is-embedding`; another route's request is refused with 400 `unsupported_model`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from edgegw.providers import PROVIDERS
 
 # SIE's pool-name rule: refused, never mangled.
 _POOL = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -62,12 +66,15 @@ _MODEL_KEYS = frozenset(
         "profiles",
         "capabilities",
         "stop_tokens",
+        "kind",
     }
 )
 GRAMMARS = ("json_schema", "regex", "ebnf")
 # SIE's fallback reasons, and the ones a profile that declares no triggers falls back on.
 FALLBACK_REASONS = ("provisioning", "model_loading", "saturated", "unhealthy")
 DEFAULT_TRIGGERS = frozenset({"provisioning", "model_loading"})
+# What a profile's workers serve, and the routes that reach each kind.
+KINDS = ("generation", "embedding", "rerank")
 
 
 class ProfileError(ValueError):
@@ -111,6 +118,7 @@ class LocalModel:
     stop_tokens: tuple[str, ...] = ()
     # The model's name on its workers (None: `name`, as SIE launches SGLang).
     served_model_name: str | None = None
+    kind: str = "generation"
 
     @property
     def served_name(self) -> str:
@@ -324,6 +332,22 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
     if not isinstance(stop_tokens, list) or not all(isinstance(t, str) and t for t in stop_tokens):
         raise fail("stop_tokens", "expected a list of strings")
 
+    kind = data.get("kind", "generation")
+    if kind not in KINDS:
+        raise fail("kind", f"expected one of {', '.join(KINDS)}")
+    if fallback is not None and kind != "generation":
+        # A fallback that could never answer the route is refused now, not per request.
+        provider = PROVIDERS.get(fallback.partition("/")[0].lower())
+        path = (
+            None
+            if provider is None
+            else provider.rerank_path
+            if kind == "rerank"
+            else provider.embeddings_path
+        )
+        if provider is not None and path is None:
+            raise fail("remote_fallback", f"provider '{provider.id}' has no {kind} API")
+
     return LocalModel(
         name=name,
         workers=tuple(workers),
@@ -343,4 +367,5 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
         grammars=frozenset(grammars),
         stop_tokens=tuple(dict.fromkeys(stop_tokens)),
         served_model_name=served,
+        kind=kind,
     )

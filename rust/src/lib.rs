@@ -28,7 +28,7 @@ mod binding {
     use crate::http1;
     use crate::otlp;
     use crate::passthrough;
-    use crate::request::{self, Endpoint, Parsed};
+    use crate::request::{self, retrieval, Endpoint, Parsed};
     use crate::sse;
 
     create_exception!(
@@ -293,6 +293,67 @@ mod binding {
             body: bytes.clone().unbind(),
             inner,
         })
+    }
+
+    /// A checked `/v1/embeddings` or `/v1/rerank` body: `.model`, `.items` (inputs or
+    /// documents), `.single` and `.tokens` (embeddings: one input; token ids).
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct RetrievalRequest {
+        #[pyo3(get)]
+        model: String,
+        #[pyo3(get)]
+        items: usize,
+        #[pyo3(get)]
+        single: bool,
+        #[pyo3(get)]
+        tokens: bool,
+    }
+
+    fn retrieval_with(
+        body: &Bound<'_, PyAny>,
+        parse: fn(&[u8], &retrieval::Bounds) -> Result<retrieval::Retrieval, Rejection>,
+        bounds: retrieval::Bounds,
+    ) -> PyResult<RetrievalRequest> {
+        let bytes = body
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
+        let r = parse(bytes.as_bytes(), &bounds)?;
+        Ok(RetrievalRequest {
+            model: r.model,
+            items: r.items,
+            single: r.single,
+            tokens: r.tokens,
+        })
+    }
+
+    /// Parse and validate a `/v1/embeddings` body under the operator's bounds.
+    #[pyfunction]
+    fn parse_embeddings_request(
+        body: &Bound<'_, PyAny>,
+        max_inputs: usize,
+        max_input_bytes: usize,
+    ) -> PyResult<RetrievalRequest> {
+        let bounds = retrieval::Bounds {
+            max_items: max_inputs,
+            max_input_bytes,
+            items_setting: "EDGEGW_EMBEDDINGS_MAX_INPUTS",
+        };
+        retrieval_with(body, retrieval::parse_embeddings, bounds)
+    }
+
+    /// Parse and validate a `/v1/rerank` body under the operator's bounds.
+    #[pyfunction]
+    fn parse_rerank_request(
+        body: &Bound<'_, PyAny>,
+        max_documents: usize,
+        max_input_bytes: usize,
+    ) -> PyResult<RetrievalRequest> {
+        let bounds = retrieval::Bounds {
+            max_items: max_documents,
+            max_input_bytes,
+            items_setting: "EDGEGW_RERANK_MAX_DOCUMENTS",
+        };
+        retrieval_with(body, retrieval::parse_rerank, bounds)
     }
 
     #[pyclass(frozen, module = "edgegw._core")]
@@ -788,6 +849,9 @@ mod binding {
         m.add_function(wrap_pyfunction!(parse_completions_request, m)?)?;
         m.add_class::<PassthroughRequest>()?;
         m.add_function(wrap_pyfunction!(parse_passthrough, m)?)?;
+        m.add_class::<RetrievalRequest>()?;
+        m.add_function(wrap_pyfunction!(parse_embeddings_request, m)?)?;
+        m.add_function(wrap_pyfunction!(parse_rerank_request, m)?)?;
         m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
         m.add_function(wrap_pyfunction!(gunzip_capped, m)?)?;
         m.add_function(wrap_pyfunction!(decode_otlp_metrics, m)?)?;
