@@ -15,6 +15,7 @@ In order:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from edgegw._core import ParsedRequest
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, fail
 from edgegw.local.fleet import LocalRuntime
-from edgegw.local.sglang import GATEWAY_VERSION
+from edgegw.local.sglang import gateway_version
 
 log = logging.getLogger("edgegw.local")
 
@@ -203,9 +204,13 @@ class SdkVersionLog:
     """X-SIE-SDK-Version, for skew warnings only (as SIE): an SDK whose major.minor differs
     from the gateway's is logged once per minor version; at most SDK_LOG_LIMIT remembered."""
 
-    def __init__(self, gateway_version: str = GATEWAY_VERSION) -> None:
-        self.gateway = _minor(gateway_version)
+    def __init__(self, gateway: str | None = None) -> None:
+        self._gateway = gateway  # None: edgegw's own, read at the first SDK version seen
         self.seen: set[tuple[int, int]] = set()
+
+    @functools.cached_property
+    def gateway(self) -> tuple[int, int] | None:
+        return _minor(self._gateway or gateway_version())
 
     def note(self, version: str | None) -> None:
         if version is None or self.gateway is None:

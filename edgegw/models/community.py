@@ -21,8 +21,6 @@ import logging
 import os
 import re
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -299,6 +297,11 @@ def _no_constants(name: str) -> Any:
 def read_source(source: str, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Any:
     """models.dev's api.json from an http(s) or file URL, or a local path, parsed with
     Decimal numbers (so no rate ever passes through a float)."""
+    # Only `edgegw models sync` downloads: urllib.request (and http.client, email) is not
+    # imported by a start.
+    import urllib.error
+    import urllib.request
+
     try:
         if re.match(r"^(https?|file)://", source, re.IGNORECASE):
             request = urllib.request.Request(
