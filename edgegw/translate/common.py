@@ -3,6 +3,7 @@ usage read from a chat answer, and SSE events written with their names."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -99,3 +100,32 @@ class HiddenCalls:
 
     def round_ended(self) -> None:
         self.indices.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class CallDelta:
+    """One tool-call delta of a chat stream, as both translations read it."""
+
+    index: int
+    call_id: str | None
+    name: str
+    arguments: str
+
+    @staticmethod
+    def read(tc: Any, hidden: HiddenCalls) -> CallDelta | None:
+        """None for a delta that is no call, or a call the gateway runs itself."""
+        if not isinstance(tc, dict) or hidden.hides(tc):
+            return None
+        function = tc.get("function")
+        function = function if isinstance(function, dict) else {}
+        call_id, name, arguments = tc.get("id"), function.get("name"), function.get("arguments")
+        return CallDelta(
+            tc.get("index", 0),
+            call_id if isinstance(call_id, str) and call_id else None,
+            name if isinstance(name, str) else "",
+            arguments if isinstance(arguments, str) else "",
+        )
+
+    def starts_another(self, index: int | None, current_id: str | None) -> bool:
+        """A new call: another index, or (from providers that number every call 0) an id."""
+        return index != self.index or (self.call_id is not None and self.call_id != current_id)

@@ -15,7 +15,7 @@ import orjson
 
 from edgegw.errors import ANTHROPIC_SHAPE, fail
 from edgegw.ids import random_bits
-from edgegw.translate.common import HiddenCalls, chat_usage, sse_event
+from edgegw.translate.common import CallDelta, HiddenCalls, chat_usage, sse_event
 
 # What an answer reports beside the translation (context editing's applied edits).
 Report = dict[str, Any] | None
@@ -192,25 +192,20 @@ class MessagesStream:
         return out
 
     def _tool_call(self, tc: Any) -> bytes:
-        if not isinstance(tc, dict) or self.hidden.hides(tc):
+        if (call := CallDelta.read(tc, self.hidden)) is None:
             return b""
         out = b""
-        function = tc.get("function") or {}
-        index = tc.get("index", 0)
-        # A new call: another index, or (from providers that number every call 0) an id.
-        call_id = tc.get("id")
-        new_id = isinstance(call_id, str) and call_id and call_id != self.tool_id
-        if self.kind != "tool_use" or index != self.tool_index or new_id:
+        if self.kind != "tool_use" or call.starts_another(self.tool_index, self.tool_id):
             block: dict[str, Any] = {
                 "type": "tool_use",
-                "id": tc.get("id") or f"toolu_{random_bits(96):024x}",
-                "name": function.get("name") or "",
+                "id": call.call_id or f"toolu_{random_bits(96):024x}",
+                "name": call.name,
                 "input": {},
             }
             out += self._open(block)
-            self.tool_index, self.tool_id = index, block["id"]
-        if isinstance(arguments := function.get("arguments"), str) and arguments:
-            out += self._delta({"type": "input_json_delta", "partial_json": arguments})
+            self.tool_index, self.tool_id = call.index, block["id"]
+        if call.arguments:
+            out += self._delta({"type": "input_json_delta", "partial_json": call.arguments})
         return out
 
     def done(self) -> bytes:

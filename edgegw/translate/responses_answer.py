@@ -15,7 +15,7 @@ from typing import Any
 
 from edgegw.errors import RESPONSES_SHAPE, fail
 from edgegw.ids import random_bits
-from edgegw.translate.common import HiddenCalls, chat_usage, reasoning_tokens, sse_event
+from edgegw.translate.common import CallDelta, HiddenCalls, chat_usage, reasoning_tokens, sse_event
 
 
 def _new_id(prefix: str) -> str:
@@ -277,28 +277,24 @@ class ResponsesStream:
         return out
 
     def _tool_call(self, tc: Any) -> bytes:
-        if not isinstance(tc, dict) or self.hidden.hides(tc):
+        if (call := CallDelta.read(tc, self.hidden)) is None:
             return b""
         out = b""
-        function = tc.get("function") or {}
-        index = tc.get("index", 0)
-        # A new call: another index, or (from providers that number every call 0) an id.
-        call_id = tc.get("id")
-        new_id = isinstance(call_id, str) and call_id and call_id != self.tool_id
-        if new_id or not (
-            self.open and self.output[-1]["type"] == "function_call" and index == self.tool_index
-        ):
-            call_id = call_id if isinstance(call_id, str) and call_id else _new_id("call")
-            out += self._open(
-                _call_item(_new_id("fc"), call_id, function.get("name") or "", "", "in_progress")
-            )
-            self.tool_index, self.tool_id = index, call_id
-        if isinstance(arguments := function.get("arguments"), str) and arguments:
+        in_call = self.open and self.output[-1]["type"] == "function_call"
+        if not in_call or call.starts_another(self.tool_index, self.tool_id):
+            call_id = call.call_id or _new_id("call")
+            out += self._open(_call_item(_new_id("fc"), call_id, call.name, "", "in_progress"))
+            self.tool_index, self.tool_id = call.index, call_id
+        if call.arguments:
             item = self.output[-1]
-            item["arguments"] += arguments
+            item["arguments"] += call.arguments
             out += self._event(
                 "response.function_call_arguments.delta",
-                {"item_id": item["id"], "output_index": len(self.output) - 1, "delta": arguments},
+                {
+                    "item_id": item["id"],
+                    "output_index": len(self.output) - 1,
+                    "delta": call.arguments,
+                },
             )
         return out
 
