@@ -356,6 +356,38 @@ def test_calls_all_numbered_0_are_told_apart_by_their_ids() -> None:
     assert [(o["call_id"], o["name"]) for o in final["output"]] == [("a", "f"), ("b", "g")]
 
 
+@pytest.mark.parametrize(
+    "chat",
+    [{}, {"choices": []}, {"choices": "x"}, {"choices": {"0": {}}}, {"choices": [7]}, [1], None],
+)
+def test_an_answer_without_a_choice_is_a_bad_upstream_response(chat: Any) -> None:
+    for translate in (
+        lambda: messages_answer(chat, "m"),
+        lambda: ResponsesAnswers({"model": "m"}).answer(chat),
+    ):
+        with pytest.raises(GatewayError) as e:
+            translate()
+        assert e.value.code == "bad_upstream_response"
+
+
+def test_stream_chunks_of_the_wrong_shape_are_passed_over() -> None:
+    """What a provider should not send: choices, deltas, calls and functions of other types."""
+    odd = [
+        {"choices": 5},
+        {"choices": ["x", {"index": 0, "delta": "text"}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [3, {"index": 0, "function": "f"}]}}]},
+    ]
+    s, r = MessagesStream("m"), ResponsesAnswers({"model": "m"}).stream()
+    raw = b"".join(s.chunk(doc) for doc in odd) + s.chunk(chunk({"content": "Hi"})) + s.done()
+    got = events(raw)
+    assert [d["delta"] for n, d in got if n == "content_block_delta"][-1] == {
+        "type": "text_delta",
+        "text": "Hi",
+    }
+    final = events(b"".join(r.chunk(doc) for doc in odd) + r.done())[-1][1]["response"]
+    assert final["status"] == "completed"
+
+
 # -- TranslatedSend: the ASGI messages a chat answer is written as, rewritten -------------
 
 

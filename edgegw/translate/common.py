@@ -129,3 +129,26 @@ class CallDelta:
     def starts_another(self, index: int | None, current_id: str | None) -> bool:
         """A new call: another index, or (from providers that number every call 0) an id."""
         return index != self.index or (self.call_id is not None and self.call_id != current_id)
+
+
+def answer_message(chat: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the first choice, its message) of a whole chat answer; 502 `bad_upstream_response`
+    when it has none (an upstream's answer is read, never trusted)."""
+    choices = chat.get("choices") if isinstance(chat, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise fail("bad_upstream_response", "the model's answer has no choices")
+    message = choices[0].get("message")
+    return choices[0], message if isinstance(message, dict) else {}
+
+
+def first_deltas(doc: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(choice, delta) of a stream chunk's first choice (the translations answer n = 1);
+    anything else in `choices` is passed over."""
+    choices = doc.get("choices")
+    return [
+        (choice, delta)
+        for choice in (choices if isinstance(choices, list) else ())
+        if isinstance(choice, dict)
+        and choice.get("index", 0) == 0
+        and isinstance(delta := choice.get("delta") or {}, dict)
+    ]

@@ -15,7 +15,14 @@ import orjson
 
 from edgegw.errors import ANTHROPIC_SHAPE, fail
 from edgegw.ids import random_bits
-from edgegw.translate.common import CallDelta, HiddenCalls, chat_usage, sse_event
+from edgegw.translate.common import (
+    CallDelta,
+    HiddenCalls,
+    answer_message,
+    chat_usage,
+    first_deltas,
+    sse_event,
+)
 
 # What an answer reports beside the translation (context editing's applied edits).
 Report = dict[str, Any] | None
@@ -51,10 +58,7 @@ def messages_answer(
 ) -> dict[str, Any]:
     """A chat completion as a Messages answer (`model`: as the client named it; calls of
     the `hidden` tools left out: edgegw.translate.common.HiddenCalls; `reported` added)."""
-    if not isinstance(chat, dict) or not chat.get("choices"):
-        raise fail("bad_upstream_response", "the model's answer has no choices")
-    choice = chat["choices"][0]
-    message = choice.get("message") or {}
+    choice, message = answer_message(chat)
     content: list[dict[str, Any]] = []
     if isinstance(reasoning := message.get("reasoning_content"), str) and reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})
@@ -172,10 +176,7 @@ class MessagesStream:
         out = b"" if self.started else self._start(doc.get("id"))
         if isinstance(doc.get("usage"), dict):
             self.usage = _usage(doc["usage"])
-        for choice in doc.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
+        for choice, delta in first_deltas(doc):
             if isinstance(reasoning := delta.get("reasoning_content"), str) and reasoning:
                 if self.kind != "thinking":
                     out += self._open({"type": "thinking", "thinking": "", "signature": ""})

@@ -13,9 +13,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from edgegw.errors import RESPONSES_SHAPE, fail
+from edgegw.errors import RESPONSES_SHAPE
 from edgegw.ids import random_bits
-from edgegw.translate.common import CallDelta, HiddenCalls, chat_usage, reasoning_tokens, sse_event
+from edgegw.translate.common import (
+    CallDelta,
+    HiddenCalls,
+    answer_message,
+    chat_usage,
+    first_deltas,
+    reasoning_tokens,
+    sse_event,
+)
 
 
 def _new_id(prefix: str) -> str:
@@ -74,10 +82,7 @@ class ResponsesAnswers:
         return doc
 
     def answer(self, chat: Any) -> dict[str, Any]:
-        if not isinstance(chat, dict) or not chat.get("choices"):
-            raise fail("bad_upstream_response", "the model's answer has no choices")
-        choice = chat["choices"][0]
-        message = choice.get("message") or {}
+        choice, message = answer_message(chat)
         output: list[dict[str, Any]] = []
         if isinstance(thought := message.get("reasoning_content"), str) and thought:
             output.append(_reasoning_item(_new_id("rs"), thought, "completed"))
@@ -236,10 +241,7 @@ class ResponsesStream:
         out = b"" if self.started else self._start()
         if isinstance(doc.get("usage"), dict):
             self.usage = usage(doc["usage"])
-        for choice in doc.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
+        for choice, delta in first_deltas(doc):
             if isinstance(thought := delta.get("reasoning_content"), str) and thought:
                 if not (self.open and self.output[-1]["type"] == "reasoning"):
                     out += self._open(_reasoning_item(_new_id("rs"), "", "in_progress"))
