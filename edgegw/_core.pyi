@@ -185,8 +185,8 @@ class ResponseParser:
     @property
     def done(self) -> bool: ...
 
-# A request's body framing after its screened head; malformed chunks raise
-# UpstreamProtocolError. `take_trailing()`: the bytes after the body (a pipelined request).
+# A request's body framing after its screened head; malformed chunks raise RequestError
+# (400 invalid_request). `take_trailing()`: the bytes after the body (a pipelined request).
 @final
 class RequestBody:
     def __new__(cls, content_length: int | None, chunked: bool) -> Self: ...

@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from edgegw._core import HeadInfo, RequestError, UpstreamProtocolError, screen_request_head
+from edgegw._core import HeadInfo, RequestError, screen_request_head
 from edgegw.http1.cycle import App, Cycle
 from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, ConnectionLimits
 from edgegw.http1.tls import TlsWire
@@ -124,8 +124,8 @@ class Connection:
                     return
                 try:
                     cycle = Cycle.start(wire, server, self.client, info)
-                except UpstreamProtocolError:
-                    await wire.refuse(400, "invalid_request", "malformed request body framing")
+                except RequestError as e:
+                    await wire.refuse(e.status, e.code, str(e))
                     return
                 if not await cycle.run():
                     return

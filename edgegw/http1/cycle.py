@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 import trio
 
-from edgegw._core import HeadInfo, RequestBody, UpstreamProtocolError
+from edgegw._core import HeadInfo, RequestBody, RequestError
 from edgegw.http1.limits import ConnectionLimits
 from edgegw.http1.wire import Wire, http_date, response_head
 from edgegw.octets import CR, LF, NUL
@@ -157,7 +157,7 @@ class Cycle:
     @classmethod
     def start(cls, wire: Wire, host: Host, client: Any, head: HeadInfo) -> Cycle:
         """The cycle of a screened head, fed the body bytes that came with it;
-        UpstreamProtocolError if they break the body's framing."""
+        RequestError if they break the body's framing."""
         cycle = cls(wire, host, client, head)
         if wire.buf:
             data = bytes(wire.buf)
@@ -259,8 +259,8 @@ class Cycle:
                 return DISCONNECT
             try:
                 self._frame(data)
-            except UpstreamProtocolError:
-                return await self._fail(400, "invalid_request", "malformed request body framing")
+            except RequestError as e:
+                return await self._fail(e.status, e.code, str(e))
         body = self.pending[0] if len(self.pending) == 1 else b"".join(self.pending)
         self.pending = []
         self.delivered = self.body_done

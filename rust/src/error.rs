@@ -40,6 +40,8 @@ pub enum Rejection {
     TooManyDataPoints { limit: usize },
     /// A request head that breaks RFC 9112 (or a limit): answer, then close.
     Head(HeadFault),
+    /// A request body whose chunked framing is malformed (the reason): answer, then close.
+    BodyFraming(String),
 }
 
 impl Rejection {
@@ -72,7 +74,8 @@ impl Rejection {
             | Rejection::TooManyInputs { .. }
             | Rejection::InputTooLong { .. }
             | Rejection::InvalidGzip
-            | Rejection::InvalidOtlp => 400,
+            | Rejection::InvalidOtlp
+            | Rejection::BodyFraming(_) => 400,
             Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => 413,
             Rejection::Head(f) => f.status(),
         }
@@ -89,7 +92,8 @@ impl Rejection {
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
             | Rejection::InvalidGzip
-            | Rejection::InvalidOtlp => "invalid_request",
+            | Rejection::InvalidOtlp
+            | Rejection::BodyFraming(_) => "invalid_request",
             Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => {
                 "payload_too_large"
             }
@@ -108,7 +112,8 @@ impl Rejection {
             | Rejection::InvalidGzip
             | Rejection::InvalidOtlp
             | Rejection::TooManyDataPoints { .. }
-            | Rejection::Head(_) => None,
+            | Rejection::Head(_)
+            | Rejection::BodyFraming(_) => None,
             Rejection::InvalidValue { param, .. }
             | Rejection::UnsupportedField { param, .. }
             | Rejection::TooManyInputs { param, .. }
@@ -137,6 +142,7 @@ impl Rejection {
                 format!("OTLP payload carries more than {limit} data points or attributes")
             }
             Rejection::Head(f) => f.message(),
+            Rejection::BodyFraming(why) => format!("malformed request body framing: {why}"),
         }
     }
 }
@@ -327,6 +333,7 @@ fn rejection_samples() -> Vec<Rejection> {
         Rejection::InvalidGzip,
         Rejection::InvalidOtlp,
         Rejection::TooManyDataPoints { limit: 0 },
+        Rejection::BodyFraming(String::new()),
     ];
     out.extend(head_samples().into_iter().map(Rejection::Head));
     out
@@ -376,7 +383,8 @@ mod tests {
             Rejection::TooManyDataPoints { .. } => 7,
             Rejection::TooManyInputs { .. } => 8,
             Rejection::InputTooLong { .. } => 9,
-            Rejection::Head(h) => 10 + head_index(h),
+            Rejection::BodyFraming(_) => 10,
+            Rejection::Head(h) => 11 + head_index(h),
         }
     }
 
@@ -410,8 +418,8 @@ mod tests {
     #[test]
     fn the_samples_hold_every_variant_once() {
         let rejections: BTreeSet<usize> = rejection_samples().iter().map(rejection_index).collect();
-        assert_eq!(rejections, (0..10 + 14).collect());
-        assert_eq!(rejection_samples().len(), 10 + 14);
+        assert_eq!(rejections, (0..11 + 14).collect());
+        assert_eq!(rejection_samples().len(), 11 + 14);
         let upstream: BTreeSet<usize> = upstream_samples().iter().map(upstream_index).collect();
         assert_eq!(upstream, (0..3).collect());
     }

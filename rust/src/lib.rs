@@ -603,7 +603,6 @@ mod binding {
 
     /// A request's body framing, its head screened: `feed(bytes) -> ResponseFeed` (`.body`,
     /// `.done`), `done`, `take_trailing()` (what came after the body: the next request).
-    /// Malformed chunked framing raises `UpstreamProtocolError`.
     #[pyclass(module = "edgegw._core")]
     struct RequestBody {
         inner: http1::ResponseParser,
@@ -618,8 +617,13 @@ mod binding {
             }
         }
 
+        /// `RequestError` (400 `invalid_request`) for malformed chunked framing: the client's
+        /// bytes, not an upstream's.
         fn feed(&mut self, py: Python<'_>, data: Cow<'_, [u8]>) -> PyResult<ResponseFeed> {
-            let p = self.inner.feed(&data)?;
+            let p = self
+                .inner
+                .feed(&data)
+                .map_err(|e| Rejection::BodyFraming(e.to_string()))?;
             ResponseParser::convert(py, p)
         }
 
