@@ -32,8 +32,7 @@ PASS_FINISH = frozenset({"length", "tool_calls", "content_filter", "function_cal
 
 @functools.cache
 def gateway_version() -> str:
-    """edgegw's version, read when first needed: importlib.metadata is 1.3 MiB a start
-    would otherwise hold."""
+    """edgegw's version, read when first needed (importlib.metadata costs a start 1.3 MiB)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
