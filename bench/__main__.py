@@ -7,6 +7,8 @@ measures and holds the figures):
     python -m bench memory       # RSS idle, per idle connection, under load, over a soak
     python -m bench https        # HTTPS through edgegw.http1's TLS, next to plain HTTP
     python -m bench features     # what tracing, the access log, guardrails, routing add a request
+    python -m bench embeddings   # one /v1/embeddings request of 256 inputs: CPU, added latency
+    python -m bench startup      # cold start, idle RSS and size: python, one-file, one-dir, image
     python -m bench smoke        # every scenario for a fraction of a second: it runs, no figures
 
 Every scenario drives servers on 127.0.0.1 only, bounded in time and count, with the Go peer
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import capacity, features, https, memory
+from bench import capacity, embeddings, features, https, memory, startup
 from bench.harness import RESULTS, ROOT, Result, loadavg, machine
 
 
@@ -71,6 +73,20 @@ SCENARIOS = {
         features.run,
         features.SMOKE,
         "added",
+    ),  # fmt: skip
+    "embeddings": Scenario(
+        "one /v1/embeddings request of 256 inputs: gateway CPU and added latency",
+        embeddings.add_arguments,
+        embeddings.run,
+        embeddings.SMOKE,
+        "added_p50_ms",
+    ),  # fmt: skip
+    "startup": Scenario(
+        "cold start, idle RSS and size of each build kind present",
+        startup.add_arguments,
+        startup.run,
+        startup.SMOKE,
+        "kinds",
     ),  # fmt: skip
 }
 

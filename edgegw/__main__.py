@@ -229,8 +229,20 @@ async def _serve_until_signal(
             from edgegw.supervisor import exit_with_supervisor
 
             nursery.start_soon(exit_with_supervisor, supervisor_pid, stop)
-        await serve(settings, shutdown_trigger=stop.wait, bind=bind, metrics_socket=metrics_socket)
-        nursery.cancel_scope.cancel()
+
+        async def serving(task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve(
+                settings,
+                shutdown_trigger=stop.wait,
+                bind=bind,
+                metrics_socket=metrics_socket,
+                task_status=task_status,
+            )
+            nursery.cancel_scope.cancel()
+
+        binds = await nursery.start(serving)
+        if bind is None:  # a supervisor's worker: the supervisor says where it listens
+            print(f"edgegw: listening on {binds[0]}", flush=True)
 
 
 async def _demo(settings: Settings, token_rate: float) -> None:

@@ -13,12 +13,16 @@ __all__ = [
     "SseEvent",
     "SseSplitter",
     "ResponseParser",
+    "RequestBody",
     "ResponseFeed",
     "ResponseHead",
     "parse_chat_request",
     "parse_completions_request",
     "PassthroughRequest",
     "parse_passthrough",
+    "RetrievalRequest",
+    "parse_embeddings_request",
+    "parse_rerank_request",
     "MAX_JSON_DEPTH",
     "gunzip_capped",
     "decode_otlp_metrics",
@@ -181,6 +185,16 @@ class ResponseParser:
     @property
     def done(self) -> bool: ...
 
+# A request's body framing after its screened head; malformed chunks raise RequestError
+# (400 invalid_request). `take_trailing()`: the bytes after the body (a pipelined request).
+@final
+class RequestBody:
+    def __new__(cls, content_length: int | None, chunked: bool) -> Self: ...
+    def feed(self, data: bytes | bytearray) -> ResponseFeed: ...
+    @property
+    def done(self) -> bool: ...
+    def take_trailing(self) -> bytes: ...
+
 @final
 class PassthroughRequest:
     @property
@@ -190,6 +204,25 @@ class PassthroughRequest:
     def with_model(self, model: str) -> bytes: ...
 
 def parse_passthrough(body: bytes) -> PassthroughRequest: ...
+
+# /v1/embeddings and /v1/rerank (rust/src/request/retrieval.rs).
+@final
+class RetrievalRequest:
+    @property
+    def model(self) -> str: ...
+    @property
+    def items(self) -> int: ...
+    @property
+    def single(self) -> bool: ...
+    @property
+    def tokens(self) -> bool: ...
+
+def parse_embeddings_request(
+    body: bytes, max_inputs: int, max_input_bytes: int
+) -> RetrievalRequest: ...
+def parse_rerank_request(
+    body: bytes, max_documents: int, max_input_bytes: int
+) -> RetrievalRequest: ...
 
 # OTLP metrics push (rust/src/otlp.rs).
 OTLP_MAX_DECODED_BYTES: int
@@ -232,6 +265,8 @@ class HeadInfo:
     def expect_continue(self) -> bool: ...  # Expect: 100-continue, HTTP/1.1 only
     @property
     def upgrade(self) -> bool: ...  # an Upgrade field is present
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]: ...  # (lower-cased name, value), in order
 
 # `head`: the request line to the CRLF CRLF that ends the head, included. Raises
 # RequestError: 431 head_too_large | too_many_headers; 400 incomplete_head | bad_line_ending |

@@ -44,7 +44,7 @@ from edgegw.errors import (
 )
 from edgegw.gateway import Gateway
 from edgegw.logs import access_line
-from edgegw.routes import admin, generation, mcp, metrics, models, native, probes, proxy
+from edgegw.routes import admin, generation, mcp, metrics, models, native, probes, proxy, retrieval
 
 log = logging.getLogger("edgegw.app")
 
@@ -56,11 +56,14 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/ready": {"GET": probes.ready},
     "/v1/chat/completions": {"POST": generation.chat_completions},
     "/v1/completions": {"POST": generation.completions},
+    "/v1/embeddings": {"POST": retrieval.embeddings},
+    "/v1/rerank": {"POST": retrieval.rerank},
     "/v1/models": {"GET": models.list_models},
     "/v1/metrics": {"POST": metrics.metrics_push},
     "/v1/mcp/tools": {"GET": mcp.list_tools},
     "/v1/responses": {"POST": native.responses},
     "/v1/messages": {"POST": native.messages},
+    "/v1/messages/count_tokens": {"POST": native.count_tokens},
     "/v1/images/generations": {"POST": native.images_generations},
     "/v1/images/edits": {"POST": native.images_edits},
     "/v1/images/variations": {"POST": native.images_variations},
@@ -71,6 +74,7 @@ PROXY_ROUTE: dict[str, Handler] = dict.fromkeys(proxy.PROXY_METHODS, proxy.proxy
 # The routes whose API writes errors in its own shape (every other one: OpenAI's envelope).
 ERROR_SHAPES: dict[str, ErrorShape] = {
     "/v1/messages": ANTHROPIC_SHAPE,
+    "/v1/messages/count_tokens": ANTHROPIC_SHAPE,
     "/v1/responses": RESPONSES_SHAPE,
 }
 # Paths without a server span (probes and metric pushes would drown the traces).

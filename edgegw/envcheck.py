@@ -129,13 +129,8 @@ MCP_KNOWN = frozenset(
 # The GUARDRAILS_* variables edgegw reads (edgegw.guardrails.settings); the others only
 # act with GUARDRAILS_ENABLED true.
 GUARDRAILS_KNOWN = frozenset(
-    {
-        "GUARDRAILS_ENABLED",
-        "GUARDRAILS_POLICY_DIR",
-        "GUARDRAILS_FAIL_MODE",
-        "GUARDRAILS_EXTERNAL_URL",
-        "GUARDRAILS_EXTERNAL_TIMEOUT",
-    }
+    f"GUARDRAILS_{n}"
+    for n in ("ENABLED", "POLICY_DIR", "FAIL_MODE", "EXTERNAL_URL", "EXTERNAL_TIMEOUT")
 )
 # Tenants (edgegw.keyfile, edgegw.tenants); the OIDC claim acts only with AUTH_ENABLED.
 TENANTS_KNOWN = frozenset(
@@ -155,6 +150,9 @@ KNOWN_EDGEGW = frozenset(
         "EDGEGW_MAX_BODIES",
         "EDGEGW_MAX_BODIES_PER_CLIENT",
         "EDGEGW_MAX_BODIES_BYTES",
+        "EDGEGW_EMBEDDINGS_MAX_INPUTS",
+        "EDGEGW_RERANK_MAX_DOCUMENTS",
+        "EDGEGW_RETRIEVAL_MAX_INPUT_BYTES",
         "EDGEGW_COMMUNITY_MODELS_FILE",
         "EDGEGW_RESPONSE_BUFFER_BUDGET",
         "EDGEGW_SERVER",
@@ -183,6 +181,7 @@ KNOWN: frozenset[str] = (
             "SERVER_PORT",
             "SERVER_MAX_REQUEST_BODY_SIZE",
             "SERVER_GRACEFUL_TIMEOUT",
+            "SERVER_SHUTDOWN_DELAY",
             "SERVER_TLS_CERT_PATH",
             "SERVER_TLS_KEY_PATH",
             "SERVER_HTTP2_ENABLED",
@@ -206,6 +205,7 @@ KNOWN: frozenset[str] = (
             "DISALLOWED_MODELS",
             "ENABLE_VISION",
             "ENABLE_IMAGES",
+            "ENABLE_API_TRANSLATION",
             "LOG_LEVEL",
             "LOG_FORMAT",
             "TELEMETRY_ENABLED",

@@ -33,6 +33,9 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "INVALID_INPUT": (400, "invalid_request_error"),
     "unknown_lora_adapter": (400, "invalid_request_error"),
     "context_length_exceeded": (400, "invalid_request_error"),
+    # /v1/embeddings and /v1/rerank: more inputs than the route's bound, one input too long
+    "too_many_inputs": (400, "invalid_request_error"),
+    "input_too_long": (400, "invalid_request_error"),
     "payload_too_large": (413, "invalid_request_error"),
     "unsupported_media_type": (415, "invalid_request_error"),
     # -- the request head (the Rust screen, rust/src/head.rs) and the connection layer's
@@ -58,6 +61,8 @@ CATALOGUE: dict[str, tuple[int, str]] = {
     "method_not_allowed": (405, "invalid_request_error"),
     "unknown_provider": (400, "invalid_request_error"),
     "unsupported_provider": (400, "invalid_request_error"),
+    # a local model whose profile's `kind` does not serve the route (a chat model's embeddings)
+    "unsupported_model": (400, "invalid_request_error"),
     "provider_not_configured": (400, "invalid_request_error"),
     "images_disabled": (404, "not_found_error"),
     "metrics_push_disabled": (403, "permission_error"),

@@ -34,13 +34,15 @@ if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second t
 
 class Load:
     """The process's mutable serving state: requests in flight (bounded by
-    settings.max_in_flight) and whether a shutdown has begun (new requests then get 503
-    with Connection: close)."""
+    settings.max_in_flight), whether SIGTERM came (`leaving`: /ready answers 503, requests
+    are still served for SERVER_SHUTDOWN_DELAY) and whether the drain has begun (new
+    requests then get 503 with Connection: close)."""
 
-    __slots__ = ("in_flight", "draining")
+    __slots__ = ("in_flight", "leaving", "draining")
 
     def __init__(self) -> None:
         self.in_flight = 0
+        self.leaving = False
         self.draining = False
 
 

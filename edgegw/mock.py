@@ -1,74 +1,16 @@
 """A mock OpenAI-compatible upstream: raw Trio + h11, no network beyond loopback, no keys.
 
-It backs `edgegw demo`, the benchmarks (so it is a bare h11 loop, edgegw/plainhttp.py, not an
-ASGI server: one ``h11.Connection`` per socket reused with ``start_next_cycle()``, keep-alive,
-``TCP_NODELAY``, which trio's SocketStream sets) and the tests (it records every request and can
-be scripted to fail).
-
-Endpoints:
-
-    POST /v1/chat/completions   chat.completion / chat.completion.chunk
-    POST /v1/completions        text_completion
-    GET  /v1/models             ``MockConfig.models`` (mock-small, mock-large by default)
-    GET  /health                {"status": "ok"}
-
-Anything else is a 404 (405 for a known path with another method), a body that is not a JSON
-object is a 400, a body over ``MAX_BODY_BYTES`` a 413, all in the OpenAI error envelope
-``{"error": {"message", "type", "param", "code"}}``. When ``MockConfig.api_key`` is set, every
-``/v1/`` path wants ``Authorization: Bearer <key>`` (401 otherwise).
-
-Completions honour ``model`` (echoed back), ``n`` (1..128), ``stream``,
-``stream_options.include_usage`` and ``max_tokens`` / ``max_completion_tokens`` (a cap on
-``MockConfig.tokens``; ``finish_reason`` is "length" when the cap cut the answer, else "stop").
-Token ``i`` of choice ``j`` is ``WORDS[(i + j) % len(WORDS)]``, words joined by single spaces, so
-every answer is predictable and choices differ. A list ``prompt`` still gives ``n`` choices (not
-one set per prompt). Streams send, per choice, a role chunk (chat only), content chunks of
-``chunk_tokens`` tokens interleaved across choices, a finish chunk; then a usage chunk with
-``choices: []`` if asked for (and ``"usage": null`` on every other chunk, as OpenAI does), then
-``data: [DONE]``. With ``token_rate`` > 0 each content step first sleeps ``tokens / token_rate``.
-
-A chat request may ask for more than words (edgegw/mock_structured.py says which answer when):
-a call to one of its ``tools`` (``finish_reason`` "tool_calls"), or content that its
-``response_format`` accepts. Such an answer is one token per ``TOKEN_CHARS`` characters
-(``tokens`` does not apply; ``max_tokens`` still cuts it, "length"). Streamed, the role chunk
-of a call carries its index, id, type, function name and empty arguments, and the content
-chunks the arguments, as OpenAI streams them.
-
-Shaped like a model (the LLM scenario of `edgegw bench`): ``first_token_s`` waits after the head
-and role chunks before the first content chunk (time to first token); ``jitter`` J spreads every
-later content step's sleep uniformly over [1 - J, 1 + J] times ``tokens / token_rate`` (seeded
-per stream, so runs repeat); ``stamp`` adds ``"x_sent_ns":<time.perf_counter_ns()>`` as the
-first member of every event's JSON, taken just before the event is written, so a client on the
-same machine can tell the relay's lag and the gap it added from the gap the mock made
-(CLOCK_MONOTONIC underneath, shared by every process on Linux).
-
-Scripted failures, chosen by the request's ``model``:
-
-    mock-error-<status>          answer <status> (400..599) with an error envelope; 429 adds
-                                 ``Retry-After: 7``.
-    mock-break-after-<k>         with ``stream: true``: the head, the role chunks, k content chunks
-                                 per choice, then close the socket: no finish chunk, no [DONE], no
-                                 chunked terminator. (A FIN, not an RST, so the client still reads
-                                 the k chunks.) Without ``stream`` it answers normally.
-    mock-hang                    never answer; the request ends when the client goes away.
-    mock-slow-first-byte-<ms>    wait <ms> before the head, instead of ``latency_s``.
-
-Scripted errors answer at once. Otherwise ``latency_s`` delays every completion head, and
-``error_rate`` turns a deterministic share of the valid, unscripted completion requests into
-``error_status`` answers: an accumulator adds ``error_rate`` per request and fails the request
-that takes it to 1 (0.25 fails every 4th; the latency still applies).
-
-While a response is delayed, hangs or streams, a watcher task reads the socket: end of file
-(the client closed) cancels the response, and bytes of a pipelined next request are handed to
-h11 for later. A write to a closed socket also ends the response.
-``stream_disconnects`` counts the ``stream: true`` requests that ended that way before their
-last byte was sent. A client that half-closes its side after sending a request is treated as
-gone. ``requests`` holds the last ``MAX_RECORDED`` requests, recorded before they are answered.
+It backs `edgegw demo`, the benchmarks (so it is a bare h11 loop on edgegw/plainhttp.py,
+keep-alive and TCP_NODELAY, not an ASGI server) and the tests (it records every request and
+can be scripted to fail). bench/README.md, "The mock upstream", has its endpoints, how it
+answers, its shaping (`token_rate`, `first_token_s`, `jitter`, `stamp`) and the scripted
+failures chosen by the request's `model` (`mock-error-<status>`, `mock-break-after-<k>`,
+`mock-hang`, `mock-slow-first-byte-<ms>`).
 
 Run standalone: ``python -m edgegw.mock --port 9000 --token-rate 50 --tokens 16``.
 
-Longer than the guide because it is a whole peer (routes, scripted failures, streams and
-its server loop) that tests and benchmarks start as one thing.
+Longer than the guide because it is a whole peer (routes, scripted failures, streams, its
+server loop) that tests and benchmarks start as one thing.
 """
 
 from __future__ import annotations

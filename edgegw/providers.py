@@ -59,6 +59,17 @@ class Provider:
     # The SDKs' own additions (`parsed`, `tool_calls[].index`, `parsed_arguments`) and every
     # null member but `content` go to no provider.
     message_members: tuple[str, ...] = ()
+    # The OpenAI-compatible embeddings endpoint under the base URL (None: the provider has
+    # none, and /v1/embeddings refuses it with 400), as each provider documents it.
+    embeddings_path: str | None = None
+    # Whether it answers `encoding_format: base64` itself; when not, edgegw asks it for
+    # floats and encodes them for a client that asked for base64.
+    embeddings_base64: bool = False
+    # Embeddings request members renamed on the way upstream (Mistral's `output_dimension`).
+    embeddings_renamed: tuple[tuple[str, str], ...] = ()
+    # The rerank endpoint (query + documents -> results of index and relevance_score: Cohere's
+    # v2, llama.cpp's Jina-shaped one); None: /v1/rerank refuses the provider with 400.
+    rerank_path: str | None = None
 
 
 PROVIDERS: dict[str, Provider] = {
@@ -69,6 +80,8 @@ PROVIDERS: dict[str, Provider] = {
             "https://api.openai.com/v1",
             "bearer",
             message_members=("annotations", "refusal"),
+            embeddings_path="/embeddings",
+            embeddings_base64=True,
         ),
         Provider(
             "anthropic",
@@ -88,6 +101,10 @@ PROVIDERS: dict[str, Provider] = {
             models_shape="cohere",
             omit_fields=("stream_options",),
             stream_usage=False,
+            # The Compatibility API's embeddings (float and base64); rerank is Cohere's own v2.
+            embeddings_path="/compatibility/v1/embeddings",
+            embeddings_base64=True,
+            rerank_path="/v2/rerank",
         ),
         Provider("groq", "https://api.groq.com/openai/v1", "bearer"),
         Provider(
@@ -100,10 +117,23 @@ PROVIDERS: dict[str, Provider] = {
             # pricing), as models.dev's own sync reads it; /finetunes/public lists LoRAs.
             models_path="/models/search?format=openrouter&per_page=1000",
             models_shape="cloudflare",
+            embeddings_path="/v1/embeddings",
         ),
-        Provider("ollama", "http://ollama:8080/v1", "none", keyless=True, runtime_window="ollama"),
+        Provider(
+            "ollama",
+            "http://ollama:8080/v1",
+            "none",
+            keyless=True,
+            runtime_window="ollama",
+            embeddings_path="/embeddings",
+        ),
         Provider("ollama_cloud", "https://ollama.com/v1", "bearer"),
-        Provider("google", "https://generativelanguage.googleapis.com/v1beta/openai", "bearer"),
+        Provider(
+            "google",
+            "https://generativelanguage.googleapis.com/v1beta/openai",
+            "bearer",
+            embeddings_path="/embeddings",
+        ),
         Provider(
             "deepseek",
             "https://api.deepseek.com",
@@ -116,6 +146,9 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             omit_fields=("stream_options",),
             stream_usage=False,
+            embeddings_path="/embeddings",
+            embeddings_base64=True,
+            embeddings_renamed=(("dimensions", "output_dimension"),),
         ),
         # MiniMax has deprecated `max_tokens` in favour of `max_completion_tokens`.
         Provider(
@@ -130,7 +163,9 @@ PROVIDERS: dict[str, Provider] = {
             "bearer",
             message_reasoning=("reasoning_content",),
         ),
-        Provider("nvidia", "https://integrate.api.nvidia.com/v1", "bearer"),
+        Provider(
+            "nvidia", "https://integrate.api.nvidia.com/v1", "bearer", embeddings_path="/embeddings"
+        ),
         Provider(
             "llamacpp",
             "http://llamacpp:8080/v1",
@@ -138,6 +173,9 @@ PROVIDERS: dict[str, Provider] = {
             keyless=True,
             runtime_window="llamacpp",
             message_reasoning=("reasoning_content",),
+            # llama-server started with --embeddings / --reranking.
+            embeddings_path="/embeddings",
+            rerank_path="/rerank",
         ),
         # Z.AI (Zhipu GLM), as inference-gateway v0.48 has it.
         Provider(
@@ -145,6 +183,7 @@ PROVIDERS: dict[str, Provider] = {
             "https://api.z.ai/api/paas/v4",
             "bearer",
             message_reasoning=("reasoning_content",),
+            embeddings_path="/embeddings",
         ),
     )
 }

@@ -5,17 +5,19 @@ events with the Rust `SseSplitter` (`feed_tapped`: their count, whether `[DONE]`
 data of the events a tap reads), and hands the sink only whole events, so a stream cut in
 the middle of one ends with the error event on a line of its own. It ends the stream
 through the sink: `fail` on a transport error, a protocol fault, silence past `idle_s`
-(`upstream_timeout`) or an end in the middle of an event (`upstream_stream_truncated`),
-else `end`.
+(`stalled`, by default `upstream_timeout`) or an end in the middle of an event
+(`upstream_stream_truncated`), else `end`.
 
 Sinks: `RelaySink` here, a stream relayed to the client as the upstream's bytes, tapped for
-usage (edgegw.exchange's `relay_sse` and the guarded /proxy), and edgegw.mcp.models'
-`RoundSink`, one round of an MCP tool loop folded into the client's one stream.
+usage (edgegw.exchange's `relay_sse` and the guarded /proxy); edgegw.mcp.models'
+`RoundSink`, one round of an MCP tool loop folded into the client's one stream; and
+edgegw.local.serve's `SieSink`, a worker's stream rewritten into the SIE shapes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -56,11 +58,34 @@ class Sink(Protocol):
         """The upstream's stream ended whole."""
 
 
-async def pump(resp: Response, sink: Sink, idle_s: float) -> None:
+@dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """While the upstream is silent, `send` every `every_s` (a comment line to the client,
+    for proxies with idle limits), until the pump's `idle_s` of silence fails the stream."""
+
+    every_s: float
+    send: Callable[[], Awaitable[None]]
+
+
+STALLED = ("upstream_timeout", "the upstream stream stalled")
+
+
+async def pump(
+    resp: Response,
+    sink: Sink,
+    idle_s: float,
+    *,
+    first: bytes = b"",
+    keepalive: KeepAlive | None = None,
+    stalled: tuple[str, str] = STALLED,
+) -> None:
+    """`first`: a piece of the stream already read (a local worker's, read to see it is no
+    overload refusal); `stalled`: the code and message of a silence past `idle_s`."""
     splitter = SseSplitter()
     decoder = stream_decoder(resp.header(b"content-encoding"))
     held = b""  # bytes of an event not yet complete
     done = False
+    unread = first
     # One scope for the stream's silences, its deadline moved before each read, rather than
     # a `fail_after` a piece: a scope a relayed event, kept alive in trio's deadline heap
     # until pruned, was a tenth of what each young-generation collection walked.
@@ -69,7 +94,12 @@ async def pump(resp: Response, sink: Sink, idle_s: float) -> None:
         while True:
             stall.deadline = trio.current_time() + idle_s
             try:
-                raw = await resp.receive_chunk()
+                if unread:
+                    raw, unread = unread, b""
+                elif keepalive is None:
+                    raw = await resp.receive_chunk()
+                else:
+                    raw = await _receive_keeping_alive(resp, keepalive)
                 chunk = decoder.feed(raw) if raw else None
             except GatewayError as e:
                 stall.deadline = math.inf
@@ -97,11 +127,21 @@ async def pump(resp: Response, sink: Sink, idle_s: float) -> None:
             if not await sink.events(data, n, piece_done, tapped, last):
                 return
     if stall.cancelled_caught:
-        await sink.fail("upstream_timeout", "the upstream stream stalled")
+        await sink.fail(*stalled)
     elif splitter.finish() and not done:
         await sink.fail("upstream_stream_truncated", "the upstream stream ended mid-event")
     else:
         await sink.end()
+
+
+async def _receive_keeping_alive(resp: Response, keepalive: KeepAlive) -> bytes:
+    """The next piece, `keepalive.send` after each `every_s` of silence; the pump's own
+    deadline still bounds the whole silence. (Cancelling `receive_chunk` loses nothing: its
+    only checkpoint is the socket read.)"""
+    while True:
+        with trio.move_on_after(keepalive.every_s):
+            return await resp.receive_chunk()
+        await keepalive.send()
 
 
 @dataclass(slots=True)

@@ -162,6 +162,11 @@ MESSAGES = NativeApi(
     frozenset({"anthropic"}),
     "The Messages API is only supported by the anthropic provider.",
 )
+MESSAGES_COUNT_TOKENS = NativeApi(
+    "/messages/count_tokens",
+    frozenset({"anthropic"}),
+    "Token counting is only supported by the anthropic provider.",
+)
 _IMAGES_UNSUPPORTED = "The Images API is not supported by this provider yet."
 IMAGES_GENERATIONS = NativeApi("/images/generations", frozenset({"openai"}), _IMAGES_UNSUPPORTED)
 IMAGES_EDITS = NativeApi("/images/edits", frozenset({"openai"}), _IMAGES_UNSUPPORTED)

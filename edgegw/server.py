@@ -120,6 +120,13 @@ async def serve(
                 if shutdown_trigger is None:
                     await trio.sleep_forever()
                 await shutdown_trigger()
+                gw.load.leaving = True
+                if settings.shutdown_delay_s > 0:
+                    logging.getLogger("edgegw.server").info(
+                        "shutting down: serving %gs more while /ready says draining",
+                        settings.shutdown_delay_s,
+                    )
+                    await trio.sleep(settings.shutdown_delay_s)
                 gw.load.draining = True
                 nursery.start_soon(_end_streams_after, watch, settings.graceful_timeout_s)
 

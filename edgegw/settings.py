@@ -130,6 +130,9 @@ class Settings:
     models_timeout_s: float = 5.0
     # SIGTERM: how long running streams may finish before they are ended with an SSE error.
     graceful_timeout_s: float = 30.0
+    # SIGTERM: how long the gateway still accepts and serves while /ready answers 503, so
+    # that a balancer polling readiness takes it out before the port closes (0: at once).
+    shutdown_delay_s: float = 0.0
     # Requests handled at once by one process; past it, 503 with Retry-After at once.
     max_in_flight: int = 1024
     # Request bodies being read (edgegw.intake): in the process, from one client address,
@@ -137,6 +140,11 @@ class Settings:
     max_bodies: int = 4096
     max_bodies_per_client: int = 256
     max_body_bytes_in_progress: int = 256 * 1024 * 1024
+    # /v1/embeddings and /v1/rerank (edgegw.retrieval): inputs (documents) per request, and
+    # the UTF-8 bytes of one input text (a query or document too).
+    embeddings_max_inputs: int = 2048
+    rerank_max_documents: int = 1000
+    retrieval_max_input_bytes: int = 64 * 1024
     # Processes sharing the port (`edgegw serve`); None means one per core.
     workers: int | None = None
     log_level: str = "INFO"
@@ -146,6 +154,8 @@ class Settings:
     disallowed_models: frozenset[str] = frozenset()
     enable_vision: bool = False
     enable_images: bool = False
+    # /v1/messages and /v1/responses for targets without the API (edgegw.routes.translated).
+    enable_api_translation: bool = False
     telemetry_enabled: bool = False
     telemetry_metrics_push_enabled: bool = False
     telemetry_metrics_port: int = 9464
@@ -399,6 +409,7 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         ("UPSTREAM_RETRY_BACKOFF", "retry_backoff_s"),
         ("UPSTREAM_RETRY_MAX_BACKOFF", "retry_max_backoff_s"),
         ("UPSTREAM_RETRY_MAX_RETRY_AFTER", "retry_max_retry_after_s"),
+        ("SERVER_SHUTDOWN_DELAY", "shutdown_delay_s"),
     ):
         if v := env.get(var):
             kw[attr] = parse_duration(var, v, zero=True)
@@ -411,6 +422,7 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
     for var, attr in (
         ("ENABLE_VISION", "enable_vision"),
         ("ENABLE_IMAGES", "enable_images"),
+        ("ENABLE_API_TRANSLATION", "enable_api_translation"),
         ("SERVER_HTTP2_ENABLED", "http2_enabled"),
         ("TELEMETRY_ENABLED", "telemetry_enabled"),
         ("TELEMETRY_METRICS_PUSH_ENABLED", "telemetry_metrics_push_enabled"),
@@ -455,6 +467,12 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         kw["max_bodies_per_client"] = _int("EDGEGW_MAX_BODIES_PER_CLIENT", v, 1, 1_000_000)
     if v := env.get("EDGEGW_MAX_BODIES_BYTES"):
         kw["max_body_bytes_in_progress"] = _int("EDGEGW_MAX_BODIES_BYTES", v, 1 << 20, 1 << 40)
+    if v := env.get("EDGEGW_EMBEDDINGS_MAX_INPUTS"):
+        kw["embeddings_max_inputs"] = _int("EDGEGW_EMBEDDINGS_MAX_INPUTS", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_RERANK_MAX_DOCUMENTS"):
+        kw["rerank_max_documents"] = _int("EDGEGW_RERANK_MAX_DOCUMENTS", v, 1, 1_000_000)
+    if v := env.get("EDGEGW_RETRIEVAL_MAX_INPUT_BYTES"):
+        kw["retrieval_max_input_bytes"] = _int("EDGEGW_RETRIEVAL_MAX_INPUT_BYTES", v, 1, 1 << 30)
     if v := env.get("EDGEGW_WORKERS"):
         kw["workers"] = _int("EDGEGW_WORKERS", v, 1, 1024)
     if v := env.get("UPSTREAM_MAX_RESPONSE_SIZE"):

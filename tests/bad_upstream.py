@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import trio
 
@@ -35,18 +36,15 @@ class BadUpstream:
     cut_short: int = 0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
+        await serve_loopback(self, self._connection, task_status)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         try:
-            request = await _read_request(stream)
-            if request is None:
+            read = await read_request(stream)
+            if read is None:
                 return
+            request, _ = read
             self.requests.append(request)
             script = self.script
             for pause, data in script.pieces:
@@ -67,8 +65,29 @@ class BadUpstream:
                 await stream.aclose()
 
 
-async def _read_request(stream: trio.SocketStream) -> bytes | None:
-    data = b""
+class _Peer(Protocol):
+    port: int
+
+
+async def serve_loopback(
+    peer: _Peer,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    task_status: trio.TaskStatus[None],
+) -> None:
+    """Serve `handler` on a loopback port of the system's choosing, set as `peer.port`."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    peer.port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        task_status.started()
+        await trio.serve_listeners(handler, listeners, handler_nursery=nursery)
+
+
+async def read_request(
+    stream: trio.SocketStream, buffered: bytes = b""
+) -> tuple[bytes, bytes] | None:
+    """One request (its head, then a Content-Length body) and the bytes read past it; None
+    when the peer closes first."""
+    data = buffered
     while b"\r\n\r\n" not in data:
         piece = await stream.receive_some(65536)
         if not piece:
@@ -85,7 +104,7 @@ async def _read_request(stream: trio.SocketStream) -> bytes | None:
         if not piece:
             return None
         body += piece
-    return head + b"\r\n\r\n" + body
+    return head + b"\r\n\r\n" + body[:length], body[length:]
 
 
 def response(status: int, headers: Sequence[tuple[str, str]], body: bytes = b"") -> bytes:

@@ -39,6 +39,7 @@ SOCKET_MODULES = (
     "test_otlp",
     "test_bench_cmd",
     "test_plainhttp",
+    "test_retrieval",
 )
 # How long a test waits for a fake peer to notice something (tests normally take
 # milliseconds). Wall time: what is awaited is other tasks' socket work, not a timer.

@@ -20,6 +20,21 @@ the gateway addresses wrongly drops out of the list and the test sees it.
     llamacpp                 GET /props          {"default_generation_settings": {"n_ctx"}}
     ollama                   POST /api/show      {"parameters", "model_info"} per model
 
+Embeddings and rerank, at each provider's real path (EMBEDDINGS, RERANK), strict about
+the members each takes:
+
+    openai, cohere (/compatibility/v1), cloudflare (/v1), ollama, google, mistral, nvidia,
+    llamacpp, zai        POST .../embeddings   OpenAI's {data: [{object, index, embedding}],
+                                               model, object, usage}; base64 only where the
+                                               provider documents it (BASE64; elsewhere 400);
+                                               Mistral names `dimensions` `output_dimension`
+    cohere               POST /v2/rerank       {id, results: [{index, relevance_score}], meta}
+                                               (v2 has no return_documents: 400)
+    llamacpp             POST /v1/rerank       {model, object, usage, results: [...]}
+
+The vectors and scores are fake_sglang's (`embedding_of`, `relevance_of`); `fake.answers`
+keeps every such answer as sent, (provider, parsed JSON).
+
 `fake.scripts[pid]` (a `Script`) holds a provider's models in its native entry shape and
 how it misbehaves: a delay or a hang before the list, an error status, a page size, and the
 same for its runtime endpoint. `fake.requests` records every request before it is answered.
@@ -27,7 +42,9 @@ same for its runtime endpoint. `fake.requests` records every request before it i
 
 from __future__ import annotations
 
+import base64
 import math
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -36,6 +53,8 @@ import orjson
 import trio
 
 from edgegw import plainhttp
+
+from .fake_sglang import embedding_of, relevance_of
 
 ACCOUNT = "acct-0123"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -57,6 +76,30 @@ LAYOUTS: dict[str, tuple[str, str, str]] = {
     "nvidia": ("/v1", "/models", "bearer"),
     "llamacpp": ("/v1", "/models", "bearer"),
     "zai": ("/api/paas/v4", "/models", "bearer"),
+}
+
+
+# id -> the embeddings path below the provider's base path (as the providers document it).
+EMBEDDINGS: dict[str, str] = {
+    "openai": "/embeddings",
+    "cohere": "/compatibility/v1/embeddings",
+    "cloudflare": "/v1/embeddings",
+    "ollama": "/embeddings",
+    "google": "/embeddings",
+    "mistral": "/embeddings",
+    "nvidia": "/embeddings",
+    "llamacpp": "/embeddings",
+    "zai": "/embeddings",
+}
+BASE64 = frozenset({"openai", "cohere", "mistral"})
+EMBEDDING_DIM = 12
+# id -> (rerank path below the base path, the members it takes)
+RERANK: dict[str, tuple[str, frozenset[str]]] = {
+    "cohere": (
+        "/v2/rerank",
+        frozenset({"model", "query", "documents", "top_n", "max_tokens_per_doc"}),
+    ),
+    "llamacpp": ("/rerank", frozenset({"model", "query", "documents", "top_n"})),
 }
 
 
@@ -190,6 +233,7 @@ class FakeProviders:
     # Static files under /files/<name> (a models.dev api.json for `edgegw models sync`).
     files: dict[str, bytes] = field(default_factory=dict)
     requests: list[Recorded] = field(default_factory=list)
+    answers: list[tuple[str, Any]] = field(default_factory=list)
     runtime_in_flight: int = 0
     runtime_max_in_flight: int = 0
     port: int = 0
@@ -256,6 +300,10 @@ class FakeProviders:
                 return _Reply(script.status, _error("scripted"), script.delay_s, script.hang)
             payload = script.body if script.body is not None else _list(pid, script, query)
             return _Reply(200, payload, script.delay_s, script.hang)
+        if method == "POST" and split.path == base + EMBEDDINGS.get(pid, "\0"):
+            return self._embeddings(pid, body)
+        if method == "POST" and pid in RERANK and split.path == base + RERANK[pid][0]:
+            return self._rerank(pid, body)
         root = base.removesuffix("/v1")
         route = (pid, method, split.path)
         if route not in (
@@ -273,6 +321,66 @@ class FakeProviders:
         if answer is None:
             return _Reply(404, _error("not found"), delay_s, runtime=True)
         return _Reply(200, orjson.dumps(answer), delay_s, runtime=True)
+
+    def _embeddings(self, pid: str, body: bytes) -> _Reply:
+        doc = orjson.loads(body)
+        dims_field = "output_dimension" if pid == "mistral" else "dimensions"
+        known = {"model", "input", "encoding_format", "user", dims_field}
+        if set(doc) - known:
+            return _Reply(400, _error(f"unknown members {sorted(set(doc) - known)}"))
+        encoding = doc.get("encoding_format", "float")
+        if encoding not in ("float", "base64") or (encoding == "base64" and pid not in BASE64):
+            return _Reply(400, _error(f"encoding_format {encoding!r} is not supported"))
+        raw = doc["input"]
+        items = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else raw
+        size = doc.get(dims_field) or EMBEDDING_DIM
+        data = []
+        for i, item in enumerate(items):
+            vector = embedding_of(item, EMBEDDING_DIM)[:size]
+            value: Any = vector
+            if encoding == "base64":
+                value = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": value})
+        tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in items)
+        answer = {
+            "object": "list",
+            "data": data,
+            "model": doc["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        self.answers.append((pid, answer))
+        return _Reply(200, orjson.dumps(answer))
+
+    def _rerank(self, pid: str, body: bytes) -> _Reply:
+        doc = orjson.loads(body)
+        known = RERANK[pid][1]
+        if set(doc) - known:
+            return _Reply(400, _error(f"unknown members {sorted(set(doc) - known)}"))
+        query, documents = doc["query"], doc["documents"]
+        results = sorted(
+            (
+                {"index": i, "relevance_score": relevance_of(query, d)}
+                for i, d in enumerate(documents)
+            ),
+            key=lambda r: -r["relevance_score"],
+        )[: doc.get("top_n") or len(documents)]
+        tokens = sum(len(query.split()) + len(d.split()) for d in documents)
+        answer: dict[str, Any]
+        if pid == "cohere":
+            answer = {
+                "id": "07734bd2-2473-4f07-94e1-0d9f0e6843cf",
+                "results": results,
+                "meta": {"api_version": {"version": "2"}, "billed_units": {"search_units": 1}},
+            }
+        else:
+            answer = {
+                "model": doc["model"],
+                "object": "list",
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                "results": results,
+            }
+        self.answers.append((pid, answer))
+        return _Reply(200, orjson.dumps(answer))
 
 
 def _authorised(pid: str, auth: str, headers: dict[str, str]) -> bool:

@@ -22,6 +22,22 @@ Endpoints (shapes of SGLang ~0.5.x, see ../shared/notes/sglang-api.md):
     POST /abort_request                 {rid, abort_all}: 200 empty body
     POST|PUT /generate                  native generation
     POST /v1/chat/completions, /v1/completions   OpenAI-compatible, basic
+    POST /v1/embeddings                 ``EmbeddingRequest``: ``input`` a string, strings, token
+                                        ids or lists of them; ``dimensions`` cuts the vector;
+                                        {data: [{embedding: [floats], index, object}], model,
+                                        object: "list", usage} (floats whatever
+                                        ``encoding_format`` says, as SGLang's serving writes)
+    POST /v1/rerank                     ``V1RerankReqInput`` {query, documents, top_n,
+                                        return_documents (default true)}: a JSON LIST of
+                                        {score, document?, index, meta_info}, best first
+
+Embeddings and rerank need ``script.is_embedding`` (SGLang's ``--is-embedding``); without it
+they are the tokenizer manager's ValueError, 400 flat ("not an embedding model"), and with it
+/generate and the generation endpoints are the same 400 the other way round. The vector of an
+input is ``embedding_of(input, script.embedding_dim)`` (deterministic, from a hash of the text
+or the ids); a rerank score is ``relevance_of(query, document)`` (shared words, hash-broken
+ties). ``prompt_tokens`` counts words (or ids), as generation does. The answer waits
+``first_chunk_delay_s``; a client gone meanwhile is counted in ``disconnects``.
 
 Generation. The prompt counts one token per whitespace-separated word of ``text`` (or one per
 ``input_ids`` entry; chat: words of the message contents). Token ``i`` of candidate ``j`` is
@@ -112,6 +128,7 @@ cut by the TypeError path.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 import uuid
@@ -187,6 +204,8 @@ class Script:
     tool_reply: Callable[[dict[str, Any]], list[tuple[str, dict[str, Any]]] | None] | None = None
     weight_version: str = "default"
     version: str = "0.5.4"
+    is_embedding: bool = False  # --is-embedding: /v1/embeddings and /v1/rerank, no generation
+    embedding_dim: int = 16
 
     @property
     def served_name(self) -> str:
@@ -303,6 +322,8 @@ class FakeSGLang:
             ("PUT", "/generate"): self._generate,
             ("POST", "/v1/chat/completions"): lambda h, b: self._openai(True, h, b),
             ("POST", "/v1/completions"): lambda h, b: self._openai(False, h, b),
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/v1/rerank"): self._rerank,
         }
         self._paths = {path for _, path in self._routes}
 
@@ -371,7 +392,7 @@ class FakeSGLang:
             {
                 "model_path": s.model_path,
                 "tokenizer_path": s.tokenizer_path or s.model_path,
-                "is_generation": True,
+                "is_generation": not s.is_embedding,
                 "preferred_sampling_params": None,
                 "weight_version": s.weight_version,
             },
@@ -451,12 +472,103 @@ class FakeSGLang:
             self._generations[candidate].wake()
         return _Reply(200, content_type=None)
 
+    # ---- /v1/embeddings, /v1/rerank ----------------------------------------------------------
+
+    def _embeddings(self, headers: dict[str, str], raw: bytes) -> _Reply:
+        script = self.script
+        if script.fail_status is not None:
+            return _flat(script.fail_status, "scripted failure", _openai_type(script.fail_status))
+        if not headers.get("content-type", "").startswith("application/json"):
+            return _flat(400, "Content-Type must be application/json", "Bad Request")
+        try:
+            payload = _parse_object(raw)
+            items = _embedding_inputs(payload.get("input"))
+            dims = payload.get("dimensions")
+            if dims is not None and (not _is_int(dims) or dims < 1):
+                raise _field_error("dimensions", "integer")
+        except _Validation as exc:
+            return _flat(400, str(exc), "Bad Request")
+        if not script.is_embedding:
+            return _flat(400, NOT_EMBEDDING, "BadRequestError")
+        if dims is not None and dims > script.embedding_dim:
+            return _flat(
+                400, f"dimensions {dims} exceeds {script.embedding_dim}", "BadRequestError"
+            )
+        tokens = 0
+        for item in items:
+            n = len(item.split()) if isinstance(item, str) else len(item)
+            if n > script.context_length:
+                return _flat(400, "The input is longer than the context length", "BadRequestError")
+            tokens += n
+        size = dims or script.embedding_dim
+        data = [
+            {"embedding": embedding_of(item, script.embedding_dim)[:size], "index": i,
+             "object": "embedding"}
+            for i, item in enumerate(items)
+        ]  # fmt: skip
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0,
+                 "prompt_tokens_details": None}  # fmt: skip
+        model = payload.get("model", "default")
+        self.generations += 1
+        return self._delayed(
+            _json(200, {"data": data, "model": model, "object": "list", "usage": usage})
+        )
+
+    def _rerank(self, headers: dict[str, str], raw: bytes) -> _Reply:
+        script = self.script
+        if script.fail_status is not None:
+            return _flat(script.fail_status, "scripted failure", _openai_type(script.fail_status))
+        try:
+            payload = _parse_object(raw)
+            query, documents = payload.get("query"), payload.get("documents")
+            if not isinstance(query, str):
+                raise _field_error("query", "string")
+            if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
+                raise _field_error("documents", "list")
+            top_n = payload.get("top_n")
+            if top_n is not None and (not _is_int(top_n) or top_n < 1):
+                raise _Validation("Value error, parameter top_n should be larger than 0.")
+            with_docs = payload.get("return_documents", True)
+        except _Validation as exc:
+            return _flat(400, str(exc), "Bad Request")
+        if not script.is_embedding:
+            return _flat(400, NOT_EMBEDDING, "BadRequestError")
+        if not documents:
+            return _flat(400, "documents must not be empty", "BadRequestError")
+        ranked = []
+        for i, doc in enumerate(documents):
+            item: dict[str, Any] = {"score": relevance_of(query, doc), "index": i}
+            if with_docs:
+                item["document"] = doc
+            tokens = len(query.split()) + len(doc.split())
+            item["meta_info"] = {"id": uuid.uuid4().hex, "prompt_tokens": tokens}
+            ranked.append(item)
+        ranked.sort(key=lambda r: -r["score"])
+        self.generations += 1
+        return self._delayed(_json(200, ranked[:top_n] if top_n else ranked))
+
+    def _delayed(self, reply: _Reply) -> Any:
+        """`reply` after `script.first_chunk_delay_s` (the whole forward pass), a client
+        that goes away meanwhile counted in `disconnects`."""
+        delay = self.script.first_chunk_delay_s
+        if delay <= 0:
+            return reply
+
+        async def work(out: plainhttp.Responder) -> bool:
+            await trio.sleep(delay)
+            await _send(out, reply)
+            return True
+
+        return work
+
     # ---- /generate ---------------------------------------------------------------------------
 
     def _generate(self, _h: dict[str, str], raw: bytes) -> Any:
         script = self.script
         if script.fail_status is not None:
             return _native_failure(script.fail_status)
+        if script.is_embedding:
+            return _native_error(NOT_GENERATION)
         try:
             payload = _parse_object(raw)
             request = _parse_generate(payload)
@@ -579,6 +691,8 @@ class FakeSGLang:
         if script.fail_status is not None:
             status = script.fail_status
             return _flat(status, f"scripted failure ({status})", _openai_type(status))
+        if script.is_embedding:
+            return _flat(400, NOT_GENERATION, "BadRequestError")
         media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         try:
             if media != "application/json":
@@ -875,6 +989,48 @@ class _OpenAIRender:
 
 
 # ---- request parsing and SGLang's checks -------------------------------------------------------
+
+
+NOT_GENERATION = "This model does not appear to be a generation model."
+NOT_EMBEDDING = (
+    "This model does not appear to be an embedding model by default. Please add "
+    "`--is-embedding` when launching the server or try another model."
+)
+
+
+def embedding_of(item: str | list[int], dim: int) -> list[float]:
+    """The fake's vector for one input: deterministic, in [-1, 1), from a hash of it."""
+    seed = orjson.dumps(item)
+    out: list[float] = []
+    counter = 0
+    while len(out) < dim:
+        digest = hashlib.sha256(seed + counter.to_bytes(4, "big")).digest()
+        out += [b / 128.0 - 1.0 for b in digest]
+        counter += 1
+    return out[:dim]
+
+
+def relevance_of(query: str, document: str) -> float:
+    """The fake's rerank score: the share of the query's words in the document, plus a
+    small hash of the pair so that no two documents tie."""
+    words = set(query.lower().split())
+    shared = len(words & set(document.lower().split())) / max(len(words), 1)
+    tie = hashlib.sha256(f"{query}\0{document}".encode()).digest()[0] / 1e4
+    return round(shared + tie, 6)
+
+
+def _embedding_inputs(value: Any) -> list[str | list[int]]:
+    """EmbeddingRequest.input: a string, strings, token ids or lists of token ids."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value:
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+        if all(_is_int(v) for v in value):
+            return [value]
+        if all(isinstance(v, list) and v and all(_is_int(t) for t in v) for v in value):
+            return list(value)
+    raise _field_error("input", "string or list")
 
 
 def _parse_object(raw: bytes) -> dict[str, Any]:

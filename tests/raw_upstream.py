@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from .bad_upstream import read_request, serve_loopback
+
 # Linux's tcp_info: the state is its first byte, tcpi_unacked the u32 at offset 24.
 _ESTABLISHED, _FIN_WAIT2 = 1, 5
 
@@ -27,31 +29,15 @@ class RawUpstream:
     streams: list[trio.SocketStream] = field(default_factory=list)
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            await trio.serve_listeners(self._connection, listeners, handler_nursery=nursery)
+        await serve_loopback(self, self._connection, task_status)
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         self.connections += 1
         self.streams.append(stream)
         buffered = b""
         try:
-            while True:
-                while b"\r\n\r\n" not in buffered:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    buffered += data
-                head, _, buffered = buffered.partition(b"\r\n\r\n")
-                length = _content_length(head)
-                while len(buffered) < length:
-                    data = await stream.receive_some(65536)
-                    if not data:
-                        return
-                    buffered += data
-                buffered = buffered[length:]
+            while (read := await read_request(stream, buffered)) is not None:
+                _, buffered = read
                 self.requests += 1
                 answer, hold_at = self.answer, self.hold_at
                 if hold_at is None:
@@ -65,14 +51,6 @@ class RawUpstream:
         finally:
             with trio.move_on_after(1, shield=True):
                 await stream.aclose()
-
-
-def _content_length(head: bytes) -> int:
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            return int(value)
-    return 0
 
 
 def delivered(stream: trio.SocketStream) -> bool:

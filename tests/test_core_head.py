@@ -307,3 +307,21 @@ def test_what_the_screen_passes_h11_reads_the_same_way(line: bytes, lines: list[
     encodings = [v for k, v in event.headers if k == b"transfer-encoding"]
     assert lengths == ([] if info.content_length is None else [info.content_length])
     assert encodings == ([b"chunked"] if info.chunked else [])
+
+
+def test_the_screen_gives_the_parsed_head() -> None:
+    """The head is parsed once: the screen's HeadInfo carries the fields as ASGI wants them
+    (lower-cased names, values without surrounding whitespace, in order, repeats kept)."""
+    info = screen_request_head(
+        b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: gw\r\nX-Tag:  a b \t\r\n"
+        b"Content-Length: 2\r\nx-tag: c\r\n\r\n",
+        MAX,
+    )
+    assert info.method == b"POST"
+    assert info.target == b"/v1/chat/completions?x=1"
+    assert info.headers == [
+        (b"host", b"gw"),
+        (b"x-tag", b"a b"),
+        (b"content-length", b"2"),
+        (b"x-tag", b"c"),
+    ]

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 import trio
 
-from tests.fake_sglang import WORD_ID_BASE, WORDS, FakeSGLang, Script
+from tests.fake_sglang import (
+    WORD_ID_BASE,
+    WORDS,
+    FakeSGLang,
+    Script,
+    embedding_of,
+    relevance_of,
+)
 
 from .conftest import WAIT_S, wait_until
 from .rawhttp import Client, Reply, exchange
@@ -464,3 +471,49 @@ async def test_openai_completions_basic(fake: FakeSGLang) -> None:
     assert body["object"] == "text_completion" and body["choices"][0]["text"] == "the quick brown"
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"]["completion_tokens"] == 4  # three words and EOS
+
+
+# ---- /v1/embeddings and /v1/rerank (--is-embedding) --------------------------------------------
+
+
+async def test_embeddings_and_rerank_as_an_embedding_server_answers(fake: FakeSGLang) -> None:
+    # A generation model has no embeddings: the tokenizer manager's ValueError, flat 400.
+    reply = await call(fake, "POST", "/v1/embeddings", {"model": "m", "input": "hi"})
+    assert reply.status == 400 and "--is-embedding" in reply.json()["message"]  # type: ignore[index]
+    fake.script.is_embedding = True
+    fake.script.embedding_dim = 6
+    reply = await call(fake, "POST", "/v1/embeddings", {"model": "m", "input": ["a b", "c"]})
+    doc: Any = reply.json()
+    assert reply.status == 200 and doc["object"] == "list" and doc["model"] == "m"
+    assert [d["index"] for d in doc["data"]] == [0, 1]
+    assert [d["embedding"] for d in doc["data"]] == [embedding_of("a b", 6), embedding_of("c", 6)]
+    assert all(-1 <= x < 1 for d in doc["data"] for x in d["embedding"])
+    assert doc["usage"]["prompt_tokens"] == doc["usage"]["total_tokens"] == 3
+    # Floats whatever encoding_format says; `dimensions` cuts the vector; token ids.
+    reply = await call(
+        fake,
+        "POST",
+        "/v1/embeddings",
+        {"input": [[1, 2]], "encoding_format": "base64", "dimensions": 2},
+    )
+    doc = reply.json()
+    assert doc["data"][0]["embedding"] == embedding_of([1, 2], 6)[:2] and doc["model"] == "default"
+    for bad in ({"input": []}, {"input": [1, "a"]}, {"input": "a", "dimensions": 0}):
+        reply = await call(fake, "POST", "/v1/embeddings", bad)
+        assert reply.status == 400 and reply.json()["type"] == "Bad Request"  # type: ignore[index]
+    # Generation is refused the other way round.
+    assert (await generate(fake)).status == 400
+    docs = ["a lazy dog", "the quick fox", "stream tokens"]
+    reply = await call(fake, "POST", "/v1/rerank", {"query": "quick fox", "documents": docs})
+    ranked: Any = reply.json()
+    assert reply.status == 200 and isinstance(ranked, list)
+    assert [r["index"] for r in ranked] == sorted(
+        range(3), key=lambda i: -relevance_of("quick fox", docs[i])
+    )
+    assert ranked[0]["index"] == 1 and ranked[0]["document"] == docs[1]
+    assert all(r["meta_info"]["prompt_tokens"] > 0 for r in ranked)
+    body = {"query": "q", "documents": docs, "top_n": 1, "return_documents": False}
+    ranked = (await call(fake, "POST", "/v1/rerank", body)).json()
+    assert len(ranked) == 1 and "document" not in ranked[0]
+    reply = await call(fake, "POST", "/v1/rerank", {**body, "top_n": 0})
+    assert reply.status == 400

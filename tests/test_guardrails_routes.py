@@ -21,6 +21,7 @@ import trio
 
 from .conftest import Gateway, in_thread, openai_client, start_gateway
 from .echo_upstream import Answer, EchoUpstream, Seen
+from .native_streams import messages_stream, sse
 from .rawhttp import RawResponse, request
 from .test_guardrails import CARD, POLICY, SECRET, policy_dir
 from .test_passthrough import MULTIPART, multipart
@@ -348,11 +349,6 @@ async def test_post_call_on_a_whole_answer(
 # --- streams ---------------------------------------------------------------------------
 
 
-def sse(event: str | None, doc: dict[str, Any] | str) -> bytes:
-    data = doc if isinstance(doc, str) else orjson.dumps(doc).decode()
-    return (f"event: {event}\n" if event else "").encode() + f"data: {data}\n\n".encode()
-
-
 def chat_stream(pieces: list[str]) -> list[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
         doc = {
@@ -369,52 +365,6 @@ def chat_stream(pieces: list[str]) -> list[bytes]:
         *(chunk({"content": p}) for p in pieces),
         chunk({}, "stop"),
         sse(None, "[DONE]"),
-    ]
-
-
-def messages_stream(pieces: list[str]) -> list[bytes]:
-    start = {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-4-5",
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 3, "output_tokens": 1},
-        },
-    }
-    block = {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    return [
-        sse("message_start", start),
-        sse("content_block_start", block),
-        *(
-            sse(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": 0,
-                    "delta": {"type": "text_delta", "text": p},
-                },
-            )
-            for p in pieces
-        ),
-        sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        sse(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": 5},
-            },
-        ),
-        sse("message_stop", {"type": "message_stop"}),
     ]
 
 

@@ -295,6 +295,7 @@ def test_resource_requests_are_set(values: str, request: Any) -> None:
         (("providers.opneai.secretName=keys", "providers.opneai.secretKey=k"), "providers.opneai"),
         (("providers.openai.secretName=keys",), "secretKey"),
         (("config.SERVER_GRACEFUL_TIMEOUT=60s",), "config.SERVER_GRACEFUL_TIMEOUT"),
+        (("config.SERVER_SHUTDOWN_DELAY=5s",), "config.SERVER_SHUTDOWN_DELAY"),
         (("config.server_port=9000",), "config.server_port"),
         (("autoscaling.enabled=true", "resources.requests.cpu=null"), "resources.requests.cpu"),
         (("replicas=3",), "replicas"),  # a misspelt value (the schema's closed keys)

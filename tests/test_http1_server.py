@@ -529,6 +529,30 @@ async def test_100_continue_chunked_bodies_and_head(gateway: Gateway) -> None:
         assert second.startswith(b"200 ")
 
 
+@pytest.mark.parametrize("where", ["with the head", "after it"])
+async def test_malformed_chunks_are_a_400_and_the_end(gateway: Gateway, where: str) -> None:
+    """A chunk size that is no hex number is the client's fault (400 invalid_request, the
+    reason named) whether it came in the head's read or later; the connection then closes."""
+    head = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    async with await connect(gateway.port) as stream:
+        if where == "after it":
+            await stream.send_all(head)
+            await trio.sleep(0.05)
+            await stream.send_all(b"zz\r\n{}\r\n0\r\n\r\n")
+        else:
+            await stream.send_all(head + b"zz\r\n{}\r\n0\r\n\r\n")
+        (resp,) = await read_responses(stream, 1)
+        assert resp.status == 400
+        error = orjson.loads(resp.body)["error"]
+        assert error["code"] == "invalid_request"
+        assert error["message"].startswith("malformed request body framing")
+        with trio.fail_after(5):
+            assert await stream.receive_some(1) == b""
+
+
 # -- 3. smuggling, h2c, the HTTP/2 preface ----------------------------------------------------
 
 SMUGGLED = get("/v1/models")  # what a desynchronised parser would take for a second request

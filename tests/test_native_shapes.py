@@ -17,52 +17,16 @@ import trio
 from .bad_upstream import RESET, BadUpstream, Script, chunk, response
 from .conftest import Gateway, in_thread, openai_client, sample, scrape, start_gateway
 from .echo_upstream import Answer, EchoUpstream
+from .native_streams import TEXT_START, message_end, message_start, sse, text_delta
 from .rawhttp import request
 
 ANTHROPIC_KEY = "sk-ant-provider"
 SSE = [("content-type", "text/event-stream")]
 
 
-def sse(event: str, doc: dict[str, Any]) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(doc) + b"\n\n"
-
-
-MESSAGE_START = sse(
-    "message_start",
-    {
-        "type": "message_start",
-        "message": {
-            "id": "msg_1",
-            "type": "message",
-            "role": "assistant",
-            "model": "claude-sonnet-4-5",
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": 11, "output_tokens": 1},
-        },
-    },
-)
-TEXT_START = sse(
-    "content_block_start",
-    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-)
-TEXT_DELTA = sse(
-    "content_block_delta",
-    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}},
-)
-MESSAGE_END = [
-    sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-    sse(
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-            "usage": {"output_tokens": 7},
-        },
-    ),
-    sse("message_stop", {"type": "message_stop"}),
-]
+MESSAGE_START = message_start(input_tokens=11)
+TEXT_DELTA = text_delta("Hel")
+MESSAGE_END = message_end(output_tokens=7)
 # A stream cut inside an event: what a provider's dropped connection leaves.
 CUT = b'event: content_block_delta\ndata: {"type":"content_block_de'
 

@@ -8,6 +8,10 @@ package main
 //	                           when stream_options.include_usage is true ("usage": null on the
 //	                           others then), data: [DONE]; chunked transfer encoding, one
 //	                           chunk (one write) per event
+//	POST /v1/embeddings        OpenAI's list of --embedding-dim float32 vectors, one per
+//	                           input (a string or an array of them), as JSON floats or with
+//	                           "encoding_format": "base64" little-endian float32 in base64;
+//	                           the vectors are fixed pseudo-random values, made once
 //	GET  /v1/models, GET /health
 //	POST /v1/traces            an OTLP/HTTP collector that keeps nothing: the body read
 //	                           whole, 200 with an empty ExportTraceServiceResponse
@@ -20,10 +24,13 @@ package main
 // (wait <ms> before the head instead of --latency-ms) and mock-error-<status>. Only n = 1.
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -49,6 +56,88 @@ type mockConfig struct {
 type mock struct {
 	cfg    mockConfig
 	served atomic.Int64
+	// The embedding answered for input i: its JSON floats and its base64 float32.
+	vectorsJSON [][]byte
+	vectorsB64  []string
+}
+
+// OpenAI's bound on inputs a request; distinctVectors are made at start and reused in turn.
+const (
+	maxEmbeddingInputs = 2048
+	distinctVectors    = 256
+)
+
+func (m *mock) makeVectors(dim int) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	raw := make([]byte, 4*dim)
+	for i := 0; i < distinctVectors; i++ {
+		js := []byte{'['}
+		for d := 0; d < dim; d++ {
+			x := float32(rng.Float64()*0.2 - 0.1)
+			if d > 0 {
+				js = append(js, ',')
+			}
+			js = strconv.AppendFloat(js, float64(x), 'g', -1, 32)
+			binary.LittleEndian.PutUint32(raw[4*d:], math.Float32bits(x))
+		}
+		m.vectorsJSON = append(m.vectorsJSON, append(js, ']'))
+		m.vectorsB64 = append(m.vectorsB64, base64.StdEncoding.EncodeToString(raw))
+	}
+}
+
+func (m *mock) embeddings(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		mockError(w, 405, "method_not_allowed", r.Method+" is not allowed on /v1/embeddings")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		return
+	}
+	var req struct {
+		Model          string          `json:"model"`
+		Input          json.RawMessage `json:"input"`
+		EncodingFormat string          `json:"encoding_format"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		mockError(w, 400, "invalid_request", "body is not a JSON object")
+		return
+	}
+	var inputs []string
+	var one string
+	if json.Unmarshal(req.Input, &one) == nil {
+		inputs = []string{one}
+	} else if json.Unmarshal(req.Input, &inputs) != nil || len(inputs) == 0 {
+		mockError(w, 400, "invalid_request", "input must be a string or an array of strings")
+		return
+	}
+	if len(inputs) > maxEmbeddingInputs {
+		mockError(w, 400, "invalid_request", "too many inputs")
+		return
+	}
+	tokens := 0
+	out := []byte(`{"object":"list","data":[`)
+	for i, text := range inputs {
+		tokens += len(strings.Fields(text))
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, `{"object":"embedding","index":`...)
+		out = strconv.AppendInt(out, int64(i), 10)
+		out = append(out, `,"embedding":`...)
+		if req.EncodingFormat == "base64" {
+			out = strconv.AppendQuote(out, m.vectorsB64[i%distinctVectors])
+		} else {
+			out = append(out, m.vectorsJSON[i%distinctVectors]...)
+		}
+		out = append(out, '}')
+	}
+	model, _ := json.Marshal(req.Model)
+	out = append(out, `],"model":`...)
+	out = append(out, model...)
+	out = append(out, fmt.Sprintf(`,"usage":{"prompt_tokens":%d,"total_tokens":%d}}`, tokens, tokens)...)
+	m.served.Add(1)
+	writeJSON(w, 200, out)
 }
 
 func runMock(args []string) error {
@@ -61,19 +150,22 @@ func runMock(args []string) error {
 	firstMs := fs.Float64("first-token-ms", 0, "streams: wait after the head before token 1")
 	jitter := fs.Float64("jitter", 0, "streams: gap spread, 0..1")
 	stamp := fs.Bool("stamp", false, `streams: "x_sent_ns" first in every event`)
+	dim := fs.Int("embedding-dim", 1536, "/v1/embeddings: floats a vector")
 	_ = fs.Parse(args)
 	if err := loopback(*host); err != nil {
 		return err
 	}
-	if *tokens < 0 || *rate < 0 || *jitter < 0 || *jitter > 1 || *latencyMs < 0 || *firstMs < 0 {
+	if *tokens < 0 || *dim < 1 || *rate < 0 || *jitter < 0 || *jitter > 1 || *latencyMs < 0 || *firstMs < 0 {
 		return fmt.Errorf("mock: invalid option")
 	}
 	m := &mock{cfg: mockConfig{
 		latency: time.Duration(*latencyMs * 1e6), tokens: *tokens, tokenRate: *rate,
 		firstToken: time.Duration(*firstMs * 1e6), jitter: *jitter, stamp: *stamp,
 	}}
+	m.makeVectors(*dim)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/chat/completions", m.chat)
+	mux.HandleFunc("/v1/embeddings", m.embeddings)
 	mux.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			mockError(w, 405, "method_not_allowed", r.Method+" is not allowed on /v1/models")

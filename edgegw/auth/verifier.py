@@ -5,9 +5,9 @@ The JOSE library is PyJWT (`pyjwt[crypto]`, its crypto from `cryptography`, whic
 tests already used through trustme). Chosen over joserfc as the most deployed Python JWT
 library, maintained with quick security releases (2.10.1 fixed a partial `iss` match that
 2.10.0 had brought in), doing the registered-claim checks itself (`require`, exact `iss`,
-`aud` membership, leeway), binding a `PyJWK` to one algorithm, and typed. joserfc was 0-25 %
-faster per verify side by side; both are dominated by pure-Python parsing, and the cache
-below makes the difference moot. PyJWT's own JWKS client is blocking (urllib) and is not
+`aud` membership, leeway), binding a `PyJWK` to one algorithm, and typed. joserfc was a
+little faster per verify (bench/README.md); both are dominated by pure-Python parsing, and
+the cache below makes the difference moot. PyJWT's own JWKS client is blocking (urllib) and is not
 used: the keys come through edgegw.auth.discovery and edgegw.auth.keys.
 
 A token is checked in this order, each refusal a 401 with `WWW-Authenticate: Bearer`:

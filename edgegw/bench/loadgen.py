@@ -1,42 +1,23 @@
 """The load generator behind `edgegw bench`: HTTP/1.1 on Trio, closed or open loop.
 
-Lean enough that the gateway, not the generator, is what a run measures:
+Lean enough that the gateway, not the generator, is what a run measures: one task and one
+request in flight per keep-alive connection, the request encoded once, responses framed and
+streams split by the Rust core (the gateway's own sans-IO code), fixed-size HDR-like
+histograms. **Closed loop** (``rate`` None): latency from the send. **Open loop**: requests
+due at ``start + i / rate`` go to an idle connection (another opened up to
+``connections``), and latency runs from the *due* time, so a target that stalls is charged
+for every request it held back (no coordinated omission).
 
-- one task per connection, one request in flight on it, keep-alive (no pipelining);
-- the request is encoded once; responses are framed by the Rust core's ``ResponseParser`` and
-  streams split by its ``SseSplitter`` (the sans-IO code the gateway's upstream client uses:
-  a few µs per response), so the Python work per SSE event is a timestamp and a regex;
-- durations go into fixed-size, HDR-like histograms, so memory does not grow with the run.
+Every run is bounded twice: no request starts after ``warmup_s + duration_s`` or
+``max_requests``, and what still runs ``timeout_s`` later is cancelled. One watchdog task
+cuts requests past their deadline (a cancel scope per request cost more than the rest of
+its work: bench/README.md). Hooks for bench/: ``on_phase`` ("run", "done") brackets the
+measured phase for CPU counters; ``on_stream`` and ``on_stamped`` get each measured
+stream's content-event arrival times (with the mock's ``x_sent_ns`` stamps), so the gap a
+relay added can be told from the gap the mock made.
 
-**Closed loop** (``rate`` is None): ``connections`` tasks send back to back; latency runs from
-the moment a request is sent. **Open loop**: requests are due at ``start + i / rate`` whether or
-not earlier ones have been answered; a scheduler hands each due time to an idle connection
-task and opens another connection when none is idle, up to ``connections``. Latency and time
-to first token run from the *due* time (or from the send, when that came early), so a target
-that stalls is charged for every request it held back (no coordinated omission); a request
-that could not even be sent within ``timeout_s`` of its due time is counted as a timeout.
-
-Every run is bounded twice: requests stop being started at ``warmup_s + duration_s`` or after
-``max_requests`` measured requests, and whatever is still running ``timeout_s`` (plus a grace)
-after that is cancelled. Requests *started* during the warm-up are not measured.
-
-A request that ends past its ``timeout_s`` counts as a timeout. One watchdog task cuts the ones
-still running (it wakes the blocked socket, ``trio.lowlevel.notify_closing``) within a tick of
-their deadline, ``WATCHDOG_TICKS`` per timeout: a cancel scope per request, the obvious way,
-cost more than the rest of the request's Python work (callgrind, closed loop against the mock:
-199k instructions per request with a scope each, 142k with the watchdog); a connect, once per
-connection, keeps its own scope.
-
-Two optional hooks serve callers that measure more than the generator does (bench/): ``on_phase``
-is called with "run" when the measured phase begins and "done" when the run has ended, so a
-caller can read CPU counters (a server's, its own) over exactly the measured phase; ``on_stream``
-gets, for each successful measured stream, the arrival times of its content events (kept only
-when the hook is given), for checks on pacing and bunching; ``on_stamped`` gets them with the
-``x_sent_ns`` stamps a stamping mock put in those events (``edgegw.mock``; -1 where an
-event had none), so the gap a relay added can be told from the gap the mock made.
-
-Longer than the guide because the closed and open loops, the connection and the histograms
-are one measuring instrument: split, their costs would no longer be read in one place.
+Longer than the guide because the loops, the connection and the histograms are one
+measuring instrument: split, their costs would no longer be read in one place.
 """
 
 from __future__ import annotations

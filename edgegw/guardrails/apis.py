@@ -47,6 +47,9 @@ MESSAGES = GuardedApi("messages", ANTHROPIC_SHAPE, text_anthropic)
 IMAGES_GENERATIONS = GuardedApi("images.generations", OPENAI_SHAPE, _no_text)
 IMAGES_EDITS = GuardedApi("images.edits", OPENAI_SHAPE, _no_text)
 IMAGES_VARIATIONS = GuardedApi("images.variations", OPENAI_SHAPE, _no_text)
+# Judged on the way in only (edgegw.routes.retrieval): their answers are vectors and scores.
+EMBEDDINGS = GuardedApi("embeddings", OPENAI_SHAPE, _no_text)
+RERANK = GuardedApi("rerank", OPENAI_SHAPE, _no_text)
 # Provider-native generation APIs reachable only through /proxy; edgegw has no error shape
 # of theirs, so a block is written in OpenAI's envelope.
 COHERE_CHAT = GuardedApi("cohere.chat", OPENAI_SHAPE, text_cohere)

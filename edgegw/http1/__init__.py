@@ -1,4 +1,4 @@
-"""edgegw's own HTTP/1.1 connection layer, plain and over TLS: Trio + h11, one task per
+"""edgegw's own HTTP/1.1 connection layer, plain and over TLS: Trio and the Rust core, one task per
 connection that runs the ASGI app for each of its requests in that task.
 
     limits.py      every bound and deadline, with its reason and nginx/Envoy counterpart

@@ -1,5 +1,5 @@
 """One client connection, served by one task: read a request head (bounded in size and
-time), screen it, parse it with h11, run the ASGI app for it in this same task
+time), screen and parse it once (the Rust core's head screen), run the ASGI app for it in this same task
 (edgegw.http1.cycle), write its answer; again while the connection may be kept alive.
 
 Every answer of this layer itself (400, 408, 431, 501; 500 when the app answered nothing)
@@ -17,10 +17,9 @@ import socket
 import ssl
 from typing import Any
 
-import h11
 import trio
 
-from edgegw._core import RequestError, screen_request_head
+from edgegw._core import HeadInfo, RequestError, screen_request_head
 from edgegw.http1.cycle import App, Cycle
 from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, ConnectionLimits
 from edgegw.http1.tls import TlsWire
@@ -33,8 +32,8 @@ log = logging.getLogger("edgegw.http1")
 SCREEN_MAX_BYTES = 1 << 24
 
 
-def SCREEN(head: bytes) -> None:  # noqa: N802 (the screen, as a swappable name)
-    screen_request_head(head, SCREEN_MAX_BYTES)
+def SCREEN(head: bytes) -> HeadInfo:  # noqa: N802 (the screen, as a swappable name)
+    return screen_request_head(head, SCREEN_MAX_BYTES)
 
 
 _LEADING_CRLF = re.compile(rb"(?:\r\n)+")
@@ -119,20 +118,20 @@ class Connection:
                 if head is None:
                     return
                 try:
-                    SCREEN(head)
+                    info = SCREEN(head)
                 except RequestError as e:
                     await wire.refuse(e.status, e.code, str(e))
                     return
                 try:
-                    cycle = Cycle.start(wire, server, self.client, head)
-                except h11.RemoteProtocolError:
-                    await wire.refuse(400, "invalid_request", "malformed request head")
+                    cycle = Cycle.start(wire, server, self.client, info)
+                except RequestError as e:
+                    await wire.refuse(e.status, e.code, str(e))
                     return
                 if not await cycle.run():
                     return
                 # Waiting for the next request, the connection holds nothing of this one: the
-                # cycle (its scope, h11 state, buffers) and the head went with these names.
-                del cycle, head
+                # cycle (its scope, framing, buffers) and the head went with these names.
+                del cycle, head, info
                 self.kept_alive = True
         except Exception:
             log.exception("connection failed")  # a bug here ends this connection only

@@ -9,11 +9,10 @@ run in the connection's own task (no task per request).
   (the DisconnectWatch watcher, say) stops reading and waits until the connection ends.
 - `send()` frames the answer itself (Content-Length as the app gave it, else chunked for
   HTTP/1.1, else to the end of the connection for HTTP/1.0; none for HEAD, 204, 304); a
-  whole answer (Content-Length known) leaves in one write with its head. h11 parses the
-  request and frames its body; the response side is a few lines of bytes rather than
-  h11's state machine, which cost about a fifth of the layer's CPU per request (cProfile
-  of the bare app: 27 % more requests in the same time without it). Keep-alive follows
-  h11's rule: HTTP/1.1, and no `Connection: close` from either side.
+  whole answer (Content-Length known) leaves in one write with its head. The head is parsed
+  once, by the Rust screen (`HeadInfo`), and the body framed by the core's `RequestBody`;
+  neither side runs h11's state machine (bench/README.md has what it cost). Keep-alive
+  follows h11's rule: HTTP/1.1, and no `Connection: close` from either side.
 - A write that makes no progress for `write_stall_timeout_s` closes the connection and cancels
   the request's scope, so its upstream exchange is cancelled too. After the client went
   away `send()` does nothing, as Hypercorn's, and `receive()` reports the disconnect.
@@ -29,9 +28,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 from urllib.parse import unquote
 
-import h11
 import trio
 
+from edgegw._core import HeadInfo, RequestBody, RequestError
 from edgegw.http1.limits import ConnectionLimits
 from edgegw.http1.wire import Wire, http_date, response_head
 from edgegw.octets import CR, LF, NUL
@@ -83,7 +82,7 @@ class Cycle:
     __slots__ = (
         "wire",
         "host",
-        "h",
+        "framing_in",
         "scope",
         "is_head",
         "pending",
@@ -94,6 +93,7 @@ class Cycle:
         "framing",
         "remaining",
         "keep_alive",
+        "awaits_continue",
         "continue_sent",
         "held",
         "app_scope",
@@ -104,13 +104,11 @@ class Cycle:
         "reader_exit",
     )
 
-    def __init__(
-        self, wire: Wire, host: Host, client: Any, h: h11.Connection, request: h11.Request
-    ) -> None:
+    def __init__(self, wire: Wire, host: Host, client: Any, head: HeadInfo) -> None:
         self.wire = wire
         self.host = host
-        self.h = h
-        target = request.target
+        self.framing_in = RequestBody(head.content_length, head.chunked)
+        target = head.target
         query = b""
         if target[:1] != b"/" and target != b"*":  # absolute form: keep the path only
             slash = target.find(b"/", target.find(b"//") + 2)
@@ -118,12 +116,12 @@ class Cycle:
         q = target.find(b"?")
         if q >= 0:
             target, query = target[:q], target[q + 1 :]
-        headers = list(request.headers)  # lower-cased names
+        headers = head.headers  # lower-cased names
         self.scope: dict[str, Any] = {
             "type": "http",
             "asgi": ASGI,
-            "http_version": request.http_version.decode(),
-            "method": request.method.decode(),
+            "http_version": head.http_version.decode(),
+            "method": head.method.decode(),
             "scheme": host.scheme,
             "path": unquote(target.decode("ascii")),
             "raw_path": target,
@@ -133,18 +131,20 @@ class Cycle:
             "client": client,
             "server": host.local,
         }
-        self.is_head = request.method == b"HEAD"
+        self.is_head = head.method == b"HEAD"
         self.pending: list[bytes] = []
-        self.body_done = False  # h11 has framed the whole body
+        self.body_done = self.framing_in.done  # the whole body is framed
         self.delivered = False  # ... and the app has received all of it
         self.body_deadline = trio.current_time() + host.limits.body_timeout_s
         self.response = ResponseState.PENDING
         self.framing = Framing.NONE
         self.remaining = 0  # Content-Length bytes still to send
         # HTTP/1.1 without `Connection: close` (h11's rule: HTTP/1.0 always closes).
-        self.keep_alive = request.http_version == b"1.1" and not any(
+        self.keep_alive = head.http_version == b"1.1" and not any(
             name == b"connection" and _has_close(value) for name, value in headers
         )
+        # RFC 9110 §10.1.1: the client waits for 100 Continue until it sends body bytes.
+        self.awaits_continue = head.expect_continue and not self.body_done
         self.continue_sent = False
         self.held = b""
         self.app_scope = trio.CancelScope()
@@ -155,33 +155,28 @@ class Cycle:
         self.reader_exit: trio.Event | None = None
 
     @classmethod
-    def start(cls, wire: Wire, host: Host, client: Any, head: bytes) -> Cycle:
-        """Parse a screened head (and the body bytes that came with it) with h11;
-        h11.RemoteProtocolError if h11 refuses what the screen let through."""
-        h = h11.Connection(h11.SERVER, max_incomplete_event_size=host.limits.max_head_bytes)
-        h.receive_data(head)
+    def start(cls, wire: Wire, host: Host, client: Any, head: HeadInfo) -> Cycle:
+        """The cycle of a screened head, fed the body bytes that came with it;
+        RequestError if they break the body's framing."""
+        cycle = cls(wire, host, client, head)
         if wire.buf:
-            h.receive_data(bytes(wire.buf))
+            data = bytes(wire.buf)
             wire.buf.clear()
-        request = h.next_event()
-        if type(request) is not h11.Request:
-            raise h11.RemoteProtocolError("no request in the head", 400)
-        cycle = cls(wire, host, client, h, request)
-        cycle._pull()
+            cycle._frame(data)
         return cycle
 
-    def _pull(self) -> None:
-        """Move the body bytes h11 can frame now into `pending`."""
-        h = self.h
-        while True:
-            event = h.next_event()
-            if type(event) is h11.Data:
-                self.pending.append(event.data)
-            elif type(event) is h11.EndOfMessage:
-                self.body_done = True
-                return
-            else:
-                return  # NEED_DATA
+    def _frame(self, data: bytes) -> None:
+        """Frame body bytes into `pending`; past the body's end they are the next request's."""
+        self.awaits_continue = False
+        framing = self.framing_in
+        feed = framing.feed(data)
+        if feed.body:
+            self.pending.append(feed.body)
+        if framing.done:
+            self.body_done = True
+            extra = framing.take_trailing()
+            if extra:
+                self.wire.buf += extra
 
     # -- running the app ----------------------------------------------------------------
 
@@ -212,9 +207,6 @@ class Cycle:
         if not (self.keep_alive and self.body_done) or self.host.draining:
             return False
         wire.linger = False
-        extra, _ = self.h.trailing_data
-        if extra:
-            wire.buf[:0] = extra
         return True
 
     async def _end(self) -> None:
@@ -240,12 +232,15 @@ class Cycle:
         if self.delivered:
             return await self._watch_disconnect()
         wire = self.wire
-        h = self.h
         limits = self.host.limits
         while not self.pending and not self.body_done:
             if wire.gone:
                 return DISCONNECT
-            if h.they_are_waiting_for_100_continue and not self.continue_sent:
+            if (
+                self.awaits_continue
+                and not self.continue_sent
+                and self.response is ResponseState.PENDING
+            ):
                 self.continue_sent = True
                 await wire.write(CONTINUE)
             data = wire.recv_now()
@@ -262,11 +257,10 @@ class Cycle:
             if not data:
                 wire.lost()
                 return DISCONNECT
-            h.receive_data(data)
             try:
-                self._pull()
-            except h11.RemoteProtocolError:
-                return await self._fail(400, "invalid_request", "malformed request body framing")
+                self._frame(data)
+            except RequestError as e:
+                return await self._fail(e.status, e.code, str(e))
         body = self.pending[0] if len(self.pending) == 1 else b"".join(self.pending)
         self.pending = []
         self.delivered = self.body_done

@@ -15,6 +15,7 @@ In order:
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from edgegw._core import ParsedRequest
 from edgegw.asgi import Call
 from edgegw.errors import GatewayError, fail
 from edgegw.local.fleet import LocalRuntime
-from edgegw.local.sglang import GATEWAY_VERSION
+from edgegw.local.sglang import gateway_version
 
 log = logging.getLogger("edgegw.local")
 
@@ -72,10 +73,8 @@ def check_request(
     """`forbid_remote` is what `remote_forbidden(call)` said (the route reads the header
     first, for every target)."""
     chat = req.endpoint == "chat"
-    pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
-    pool, machine = machine_profile(
-        _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE"), pool, gpu_aliases
-    )
+    check_kind(rt, "generation", "/v1/chat/completions" if chat else "/v1/completions")
+    pool, machine = placement(call, gpu_aliases)
     sdk_versions.note(_one_header(call, b"x-sie-sdk-version", "X-SIE-SDK-Version"))
     # Fields of the SIE contract SGLang does not take (the Rust tables say which).
     for name in req.local_unsupported:
@@ -150,6 +149,24 @@ def remote_target_forbidden() -> GatewayError:
     )
 
 
+def check_kind(rt: LocalRuntime, kind: str, route: str) -> None:
+    """A local model whose profile's `kind` is not `kind` does not serve `route`."""
+    if rt.profile.kind != kind:
+        raise fail(
+            "unsupported_model",
+            f"local model '{rt.profile.name}' (kind: {rt.profile.kind}) does not serve {route}",
+            param="model",
+        )
+
+
+def placement(call: Call, gpu_aliases: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(pool, machine profile) from `X-SIE-Pool` and `X-SIE-MACHINE-PROFILE`."""
+    pool = _one_header(call, b"x-sie-pool", "X-SIE-Pool")
+    return machine_profile(
+        _one_header(call, b"x-sie-machine-profile", "X-SIE-MACHINE-PROFILE"), pool, gpu_aliases
+    )
+
+
 def machine_profile(
     value: str | None, pool: str | None, aliases: Mapping[str, str]
 ) -> tuple[str | None, str | None]:
@@ -190,9 +207,13 @@ class SdkVersionLog:
     """X-SIE-SDK-Version, for skew warnings only (as SIE): an SDK whose major.minor differs
     from the gateway's is logged once per minor version; at most SDK_LOG_LIMIT remembered."""
 
-    def __init__(self, gateway_version: str = GATEWAY_VERSION) -> None:
-        self.gateway = _minor(gateway_version)
+    def __init__(self, gateway: str | None = None) -> None:
+        self._gateway = gateway  # None: edgegw's own, read at the first SDK version seen
         self.seen: set[tuple[int, int]] = set()
+
+    @functools.cached_property
+    def gateway(self) -> tuple[int, int] | None:
+        return _minor(self._gateway or gateway_version())
 
     def note(self, version: str | None) -> None:
         if version is None or self.gateway is None:

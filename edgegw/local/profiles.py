@@ -1,45 +1,19 @@
 """Local model profiles: the models served by SGLang workers on local GPUs.
 
-Declared in the config file under `local_models`, either as a list of profiles or as the
-path of a directory holding one YAML file per model (relative paths are relative to the
-config file). A profile that cannot be used stops the start with a message naming the
-file, the model and the key:
+Declared in the config file under `local_models`, as a list of profiles or as the path of a
+directory of one YAML file per model (relative to the config file); README's "Local models"
+has every key with an example. A profile that cannot be used stops the start with a message
+naming the file, the model and the key:
 
     edgegw.yaml: model 'qwen3-8b': workers[0].url: expected an http:// or https:// URL
 
-Example (every key but `name` and `workers` is optional):
-
-    local_models:
-      - name: qwen3-8b                     # what clients send as "model"
-        served_model_name: Qwen/Qwen3-8B   # what the workers list and are sent (default: name)
-        workers:
-          - {url: "http://10.0.0.5:30000", pool: default, machine_profile: h100}
-        tokenizer: tokenizers/qwen3.json   # tokenizer.json, for counting tokens
-        context_window: 32768
-        max_output_tokens: 8192
-        inputs: {image: false}
-        chat_template_kwargs: {enable_thinking: false}
-        lora_adapters: [sql-lora]
-        default_sampling: {temperature: 0.7}
-        timeouts: {first_chunk_s: 90, inter_chunk_s: 15, overall_s: 600}
-        remote_fallback: openai/gpt-4o-mini
-        triggers: [provisioning, model_loading]   # the local states that fall back
-        profiles: {local: h100, remote: cloud}    # names for `model:profile` (these defaults)
-        capabilities: {tools: true, grammar: [json_schema, regex, ebnf]}
-        stop_tokens: ["<|im_end|>"]               # appended to every request's stop
-
-`triggers` names the local states in which a request for the model's name goes to
-`remote_fallback` (SIE's fallback reasons): `provisioning` (no worker has passed a health
-check), `model_loading` (a worker answers but has not loaded the model), `saturated`,
-`unhealthy`. Absent, it is SIE's default, `provisioning` and `model_loading`. `workers` may
-be empty for a model with a `remote_fallback` (it is provisioning until workers are listed).
-`qwen3-8b:h100` names the local profile (served locally, never falling back) and
-`qwen3-8b:cloud` the remote one (served by `remote_fallback`, with no fallback reason).
-`capabilities` gate `tools` and the constrained-decoding `response_format`s (absent: all).
-`served_model_name` is the name the workers list in `/v1/models` and are sent as `model`:
-SGLang's `--served-model-name`, which SIE sets to the profile's name (the default here); a
-worker launched without it lists its model path, and is not routed to until the profile
-names that path.
+`triggers` are the local states that send a request to `remote_fallback` (SIE's fallback
+reasons; default provisioning and model_loading); `name:local` / `name:remote` (renamed
+by `profiles`) pin one side. `served_model_name` is SGLang's `--served-model-name`, which
+SIE sets to the profile's name (the default here): a worker that lists another name is not
+routed to. `kind` says what the workers serve: `generation` (the default),
+`embedding` (/v1/embeddings) or `rerank` (/v1/rerank), both SGLang launched with
+`--is-embedding`; another route's request is refused with 400 `unsupported_model`.
 """
 
 from __future__ import annotations
@@ -51,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+from edgegw.providers import PROVIDERS
 
 # SIE's pool-name rule: refused, never mangled.
 _POOL = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -90,12 +66,15 @@ _MODEL_KEYS = frozenset(
         "profiles",
         "capabilities",
         "stop_tokens",
+        "kind",
     }
 )
 GRAMMARS = ("json_schema", "regex", "ebnf")
 # SIE's fallback reasons, and the ones a profile that declares no triggers falls back on.
 FALLBACK_REASONS = ("provisioning", "model_loading", "saturated", "unhealthy")
 DEFAULT_TRIGGERS = frozenset({"provisioning", "model_loading"})
+# What a profile's workers serve, and the routes that reach each kind.
+KINDS = ("generation", "embedding", "rerank")
 
 
 class ProfileError(ValueError):
@@ -139,6 +118,7 @@ class LocalModel:
     stop_tokens: tuple[str, ...] = ()
     # The model's name on its workers (None: `name`, as SIE launches SGLang).
     served_model_name: str | None = None
+    kind: str = "generation"
 
     @property
     def served_name(self) -> str:
@@ -352,6 +332,22 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
     if not isinstance(stop_tokens, list) or not all(isinstance(t, str) and t for t in stop_tokens):
         raise fail("stop_tokens", "expected a list of strings")
 
+    kind = data.get("kind", "generation")
+    if kind not in KINDS:
+        raise fail("kind", f"expected one of {', '.join(KINDS)}")
+    if fallback is not None and kind != "generation":
+        # A fallback that could never answer the route is refused now, not per request.
+        provider = PROVIDERS.get(fallback.partition("/")[0].lower())
+        path = (
+            None
+            if provider is None
+            else provider.rerank_path
+            if kind == "rerank"
+            else provider.embeddings_path
+        )
+        if provider is not None and path is None:
+            raise fail("remote_fallback", f"provider '{provider.id}' has no {kind} API")
+
     return LocalModel(
         name=name,
         workers=tuple(workers),
@@ -371,4 +367,5 @@ def parse_profile(data: Any, base_dir: Path, source: str, index: int | None) -> 
         grammars=frozenset(grammars),
         stop_tokens=tuple(dict.fromkeys(stop_tokens)),
         served_model_name=served,
+        kind=kind,
     )

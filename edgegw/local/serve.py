@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
 import trio
 
-from edgegw._core import ParsedRequest, SseSplitter, UpstreamProtocolError
+from edgegw._core import ParsedRequest, SseSplitter
 from edgegw.answer import Outcome, SseWriter, StreamState
 from edgegw.asgi import Call, Send, new_request_id
 from edgegw.errors import CATALOGUE, GatewayError, Headers, fail
@@ -36,7 +36,7 @@ from edgegw.local.sglang import (
     sglang_completions_body,
     worker_error,
 )
-from edgegw.pump import StreamCheck
+from edgegw.pump import KeepAlive, StreamCheck, pump
 from edgegw.upstream import Response
 
 if TYPE_CHECKING:
@@ -145,16 +145,17 @@ async def serve(
         with exchanges.open(call, remaining) as ex:
             try:
                 if stream:
-                    finished = await _stream(
-                        writer,
-                        outcome,
+                    sink = SieSink(writer, outcome, normalizer, call.trace_content, check)
+                    await writer.start()
+                    await pump(
                         resp,
-                        normalizer,
+                        sink,
                         timeouts.inter_chunk_s,
-                        opened.first,
-                        call.trace_content,
-                        check,
+                        first=opened.first,
+                        keepalive=KeepAlive(KEEPALIVE_S, lambda: writer.comment(KEEPALIVE)),
+                        stalled=("inter_chunk_timeout", "the worker stopped sending"),
                     )
+                    finished = sink.finished
                 else:
                     payload = await resp.read(exchanges.max_response_bytes)
             finally:
@@ -298,34 +299,28 @@ async def _open(
     return NoLocalWorker(reason or unavailable(candidates))
 
 
-async def _stream(
-    writer: SieSseWriter,
-    outcome: Outcome,
-    resp: Response,
-    normalizer: ChatStream,
-    inter_chunk_s: float,
-    first: bytes,
-    completion: Completion | None = None,
-    check: StreamCheck | None = None,
-) -> bool:
-    """Relay one worker stream in the SIE shape, starting with the `first` piece already
-    read; True when it ended cleanly. While the worker is silent, a keep-alive comment
-    goes out every KEEPALIVE_S, until inter_chunk_s of silence fails the stream.
-    `completion` (TELEMETRY_TRACING_CONTENT) is fed the events the client gets; `check`
-    judges them before they go (a verdict against them ends the stream with its error)."""
-    splitter = SseSplitter()
-    await writer.start()
-    pending = first
-    try:
-        while True:
-            if pending:
-                chunk, pending = pending, b""
-            else:
-                chunk = await _next_chunk(writer, resp, inter_chunk_s)
-            if not chunk:
-                break
-            out: list[bytes] = []
-            for event in splitter.feed(chunk):
+@dataclass(slots=True)
+class SieSink:
+    """A worker's stream (edgegw.pump's sink) rewritten into the SIE shape by `normalizer`;
+    it ends at the worker's `[DONE]`. `completion` (TELEMETRY_TRACING_CONTENT) is fed the
+    events the client gets; `check` judges them before they go (a verdict against them ends
+    the stream with its error). `finished`: the stream ended cleanly."""
+
+    writer: SieSseWriter
+    outcome: Outcome
+    normalizer: ChatStream
+    completion: Completion | None = None
+    check: StreamCheck | None = None
+    splitter: SseSplitter = field(default_factory=SseSplitter)
+    finished: bool = False
+
+    async def events(
+        self, data: bytes, n: int, done: bool, tapped: list[bytes], last: bool
+    ) -> bool:
+        normalizer, outcome, check = self.normalizer, self.outcome, self.check
+        out: list[bytes] = []
+        try:
+            for event in self.splitter.feed(data):
                 if event.is_done:
                     out += normalizer.close()
                     outcome.usage = normalizer.usage
@@ -335,41 +330,34 @@ async def _stream(
                     if check is not None and (
                         (stop := await check.events(data)) or (stop := await check.end())
                     ):
-                        await writer.fail(stop.code, stop.message)
+                        await self.writer.fail(stop.code, stop.message)
                         return False
-                    await writer.close(data)
-                    return True
-                produced = normalizer.feed(event.data)
-                if completion is not None:
-                    for piece in produced:
-                        completion.delta(piece[6:-2])  # ChatStream's: b"data: <json>\n\n"
-                out += produced
-            if out:
-                data = b"".join(out)
-                if check is not None and (stop := await check.events(data)):
-                    await writer.fail(stop.code, stop.message)
+                    await self.writer.close(data)
+                    self.finished = True
                     return False
-                await writer.write(data)
-        raise WorkerFailure("transport_failure", "the worker stream ended without [DONE]")
-    except WorkerFailure as e:
-        outcome.tool_calls = normalizer.tool_names
-        outcome.finish_reasons = normalizer.finish_reasons
-        await writer.fail(e.code, str(e))
-    except (GatewayError, UpstreamProtocolError) as e:
-        await writer.fail(e.code, e.message if isinstance(e, GatewayError) else str(e))
-    return False
+                produced = normalizer.feed(event.data)
+                if self.completion is not None:
+                    for piece in produced:
+                        self.completion.delta(piece[6:-2])  # ChatStream's: b"data: <json>\n\n"
+                out += produced
+        except WorkerFailure as e:
+            await self.fail(e.code, str(e))
+            return False
+        if out:
+            data = b"".join(out)
+            if check is not None and (stop := await check.events(data)):
+                await self.writer.fail(stop.code, stop.message)
+                return False
+            await self.writer.write(data)
+        return True
 
+    async def fail(self, code: str, message: str) -> None:
+        self.outcome.tool_calls = self.normalizer.tool_names
+        self.outcome.finish_reasons = self.normalizer.finish_reasons
+        await self.writer.fail(code, message)
 
-async def _next_chunk(writer: SieSseWriter, resp: Response, inter_chunk_s: float) -> bytes:
-    """The worker's next piece; keep-alive comments to the client while it is silent.
-    (Cancelling `receive_chunk` loses nothing: its only checkpoint is the socket read.)"""
-    deadline = trio.current_time() + inter_chunk_s
-    while True:
-        with trio.move_on_at(min(deadline, trio.current_time() + KEEPALIVE_S)):
-            return await resp.receive_chunk()
-        if trio.current_time() >= deadline:
-            raise WorkerFailure("inter_chunk_timeout", "the worker stopped sending")
-        await writer.comment(KEEPALIVE)
+    async def end(self) -> None:
+        await self.fail("transport_failure", "the worker stream ended without [DONE]")
 
 
 class SieSseWriter(SseWriter):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import math
 import time
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import orjson
@@ -31,20 +30,21 @@ from edgegw.local.fleet import LocalRuntime
 PASS_FINISH = frozenset({"length", "tool_calls", "content_filter", "function_call"})
 
 
-def _gateway_version() -> str:
+@functools.cache
+def gateway_version() -> str:
+    """edgegw's version, read when first needed (importlib.metadata costs a start 1.3 MiB)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("edgegw")
     except PackageNotFoundError:
         return "unknown"
 
 
-GATEWAY_VERSION = _gateway_version()
-
-
 @functools.lru_cache(maxsize=1024)
 def system_fingerprint(model: str) -> str:
     """SIE's `fp_` + xxh3 (64-bit, hex) of the model, a NUL and the gateway's version."""
-    return "fp_" + xxhash.xxh3_64_hexdigest(f"{model}\0{GATEWAY_VERSION}".encode())
+    return "fp_" + xxhash.xxh3_64_hexdigest(f"{model}\0{gateway_version()}".encode())
 
 
 def normalize_usage(usage: object) -> dict[str, int]:

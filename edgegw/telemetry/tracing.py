@@ -1,48 +1,19 @@
 """Tracing: spans of every request, exported by OTLP/HTTP (TELEMETRY_TRACING_ENABLED).
 
-The OpenTelemetry SDK is imported only when tracing is on (`Tracing`, built by
-`Telemetry`): it costs a quarter of a second of every start. With tracing off no request
-pays anything but `call.trace is None`: every hook in the request path is one such check.
+With tracing off no request pays anything but `call.trace is None`, and the OpenTelemetry
+SDK is not even imported (it costs a quarter of a second of every start). Of the SDK only
+the W3C propagator's rules (`read_parent`), TraceState, the resource and the sampler are
+used, constructed by class (the frozen binary has no entry points; edgegw.telemetry.otelsdk).
 
-The SDK's parts are constructed by class, never looked up by entry-point name (the frozen
-binary has no entry points; edgegw.telemetry.otelsdk): the W3C propagator's rules for a
-client's `traceparent` (`read_parent`) and its `TraceState`, a resource of our own
-attributes plus OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES. Export is a task on the event
-loop (`Tracing.run`, started by serve()) posting with edgegw's own upstream client: no thread
-(edgegw.telemetry.otelsdk says what a thread cost).
-
-A request's trace is one Rust object (the core's `TraceRecord`): its spans
-are recorded there as they happen, its methods are the hooks (`Span`, a handle on one of its
-spans, is a Rust object too, and so is a span scope's `__enter__`/`__exit__`), and when the
-server span ends its spans are written, encoded, to the `SpanQueue` the export task takes
-batches from: no Python frame in a hook, no Python object a span (what a Python wrapper
-around the record cost: bench/README.md, history).
-The SDK's tracer (`start_span` validated every attribute, sampled, locked and called
-processors: three quarters of what recording cost) and its `ReadableSpan` /
-`BatchSpanProcessor` / Python protobuf encoder (most of what export cost) are not used:
-both measured (bench/README.md, history; edgegw.telemetry.otelsdk).
-
-Sampling follows OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG with the SDK's rules
-(default parentbased_always_on: a client's trace that is not sampled, `traceparent` flags
-00, records nothing); an unsampled request records nothing and passes the client's
-`traceparent`/`tracestate` upstream unchanged (`passed_on`).
-
-Export never blocks a request. At most MAX_QUEUED_SPANS ended spans wait for the exporter;
-past that a trace's spans are dropped, and so is a batch the collector did not take: both
-are counted (`edgegw_tracing_spans_dropped_total{reason}` on the metrics endpoint) and logged
-by the export task at most once a minute.
-
-Per request (`TraceRecord`): one SERVER span, continued from the client's `traceparent`/
-`tracestate`; children for authentication, parsing, the routing decision, each upstream
-attempt (CLIENT, its `traceparent` sent upstream; a `connect` child when it opened a
-connection), MCP tool executions. Routing code (model aliases, failover) records its
-attempts with `TraceRecord.route_attempt`. The hooks name their spans, events and
-attributes in the core (rust/src/trace.rs), not here.
-No prompt or completion text goes into a span unless TELEMETRY_TRACING_CONTENT=true (the
-record's `content`, which records no text without it): then the request body is the server
-span's `gen_ai.user.message` event and each choice of the answer a `gen_ai.choice` event (the
-request's `Completion`, `Call.trace_content`, fed by the relays and handed to the record's
-`generation` as values when the request is recorded).
+A request's trace is one Rust object, the core's `TraceRecord` (rust/src/trace.rs names
+its spans, events and attributes): a SERVER span continued from the client's
+`traceparent`, children for authentication, parsing, routing, each upstream attempt and
+MCP tool. When the server span ends its spans go, encoded, to the `SpanQueue`; `Tracing.run`
+exports them in batches with edgegw's own upstream client, never blocking a request: past
+MAX_QUEUED_SPANS, spans are dropped, counted and logged once a minute. Sampling follows
+OTEL_TRACES_SAMPLER(_ARG); an unsampled request passes the client's context on unchanged.
+No prompt or completion text is recorded unless TELEMETRY_TRACING_CONTENT=true
+(`Completion`, `Call.trace_content`). bench/README.md has what the SDK's own tracer cost.
 """
 
 from __future__ import annotations

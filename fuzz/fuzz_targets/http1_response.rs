@@ -1,7 +1,9 @@
 //! Upstream HTTP/1.1 responses with arbitrary cut points (layout: edgegw_core_fuzz::cuts),
 //! for a GET and a HEAD: a fault or progress, never a panic, and nothing depends on the
 //! cuts: the final head, the body bytes, the end, `reusable`, a fault, and what the peer's
-//! close then gives.
+//! close then gives. The same bytes as a request's body after its head (chunked, and
+//! Content-Length): the body, the end, a fault and what follows the body (the next
+//! pipelined request) do not depend on the cuts either.
 #![no_main]
 
 use edgegw_core::http1::{Head, ResponseParser};
@@ -51,9 +53,28 @@ fn run(pieces: &[&[u8]], head_request: bool) -> Outcome {
     }
 }
 
+/// A request body: (body, done, what followed it), or None for a fault.
+fn request_body(pieces: &[&[u8]], length: Option<u64>, chunked: bool) -> Option<(Vec<u8>, bool, Vec<u8>)> {
+    let mut p = ResponseParser::request_body(length, chunked);
+    let mut body = Vec::new();
+    for piece in pieces {
+        let progress = p.feed(piece).ok()?;
+        assert!(progress.head.is_none(), "a request body has no head");
+        body.extend(progress.body);
+    }
+    Some((body, p.is_done(), p.take_trailing()))
+}
+
 fuzz_target!(|data: &[u8]| {
     let (pieces, stream) = cuts(data);
     for head_request in [false, true] {
         assert_eq!(run(&pieces, head_request), run(&[stream], head_request));
+    }
+    let half = Some(stream.len() as u64 / 2);
+    for (length, chunked) in [(None, true), (half, false)] {
+        assert_eq!(
+            request_body(&pieces, length, chunked),
+            request_body(&[stream], length, chunked)
+        );
     }
 });

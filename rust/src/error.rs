@@ -25,6 +25,10 @@ pub enum Rejection {
     InvalidValue { param: String, message: String },
     /// A field (or value) this endpoint does not accept. `param` is the field path.
     UnsupportedField { param: String, message: String },
+    /// More inputs (embeddings) or documents (rerank) than the route's bound.
+    TooManyInputs { param: String, message: String },
+    /// One input text longer than the route's bound (bytes, or tokens where counted).
+    InputTooLong { param: String, message: String },
     /// A (decoded) request payload is larger than the endpoint accepts.
     PayloadTooLarge { limit: usize },
     /// A `Content-Encoding: gzip` body that is not valid gzip (bad header, checksum,
@@ -36,6 +40,8 @@ pub enum Rejection {
     TooManyDataPoints { limit: usize },
     /// A request head that breaks RFC 9112 (or a limit): answer, then close.
     Head(HeadFault),
+    /// A request body whose chunked framing is malformed (the reason): answer, then close.
+    BodyFraming(String),
 }
 
 impl Rejection {
@@ -65,8 +71,11 @@ impl Rejection {
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
             | Rejection::UnsupportedField { .. }
+            | Rejection::TooManyInputs { .. }
+            | Rejection::InputTooLong { .. }
             | Rejection::InvalidGzip
-            | Rejection::InvalidOtlp => 400,
+            | Rejection::InvalidOtlp
+            | Rejection::BodyFraming(_) => 400,
             Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => 413,
             Rejection::Head(f) => f.status(),
         }
@@ -83,11 +92,14 @@ impl Rejection {
             | Rejection::NotAnObject
             | Rejection::InvalidValue { .. }
             | Rejection::InvalidGzip
-            | Rejection::InvalidOtlp => "invalid_request",
+            | Rejection::InvalidOtlp
+            | Rejection::BodyFraming(_) => "invalid_request",
             Rejection::PayloadTooLarge { .. } | Rejection::TooManyDataPoints { .. } => {
                 "payload_too_large"
             }
             Rejection::UnsupportedField { .. } => "unsupported_field",
+            Rejection::TooManyInputs { .. } => "too_many_inputs",
+            Rejection::InputTooLong { .. } => "input_too_long",
             Rejection::Head(f) => f.code(),
         }
     }
@@ -100,10 +112,12 @@ impl Rejection {
             | Rejection::InvalidGzip
             | Rejection::InvalidOtlp
             | Rejection::TooManyDataPoints { .. }
-            | Rejection::Head(_) => None,
-            Rejection::InvalidValue { param, .. } | Rejection::UnsupportedField { param, .. } => {
-                Some(param)
-            }
+            | Rejection::Head(_)
+            | Rejection::BodyFraming(_) => None,
+            Rejection::InvalidValue { param, .. }
+            | Rejection::UnsupportedField { param, .. }
+            | Rejection::TooManyInputs { param, .. }
+            | Rejection::InputTooLong { param, .. } => Some(param),
         }
     }
 
@@ -112,7 +126,9 @@ impl Rejection {
             Rejection::InvalidJson(m) => format!("invalid JSON: {m}"),
             Rejection::NotAnObject => "request body must be a JSON object".to_string(),
             Rejection::InvalidValue { message, .. }
-            | Rejection::UnsupportedField { message, .. } => message.clone(),
+            | Rejection::UnsupportedField { message, .. }
+            | Rejection::TooManyInputs { message, .. }
+            | Rejection::InputTooLong { message, .. } => message.clone(),
             Rejection::PayloadTooLarge { limit } => {
                 if *limit >= 1 << 20 && limit % (1 << 20) == 0 {
                     format!("Payload exceeds {} MiB limit", limit >> 20)
@@ -126,6 +142,7 @@ impl Rejection {
                 format!("OTLP payload carries more than {limit} data points or attributes")
             }
             Rejection::Head(f) => f.message(),
+            Rejection::BodyFraming(why) => format!("malformed request body framing: {why}"),
         }
     }
 }
@@ -304,10 +321,19 @@ fn rejection_samples() -> Vec<Rejection> {
         Rejection::NotAnObject,
         Rejection::invalid("p", "m"),
         Rejection::unsupported("p"),
+        Rejection::TooManyInputs {
+            param: "p".into(),
+            message: "m".into(),
+        },
+        Rejection::InputTooLong {
+            param: "p".into(),
+            message: "m".into(),
+        },
         Rejection::PayloadTooLarge { limit: 0 },
         Rejection::InvalidGzip,
         Rejection::InvalidOtlp,
         Rejection::TooManyDataPoints { limit: 0 },
+        Rejection::BodyFraming(String::new()),
     ];
     out.extend(head_samples().into_iter().map(Rejection::Head));
     out
@@ -355,7 +381,10 @@ mod tests {
             Rejection::InvalidGzip => 5,
             Rejection::InvalidOtlp => 6,
             Rejection::TooManyDataPoints { .. } => 7,
-            Rejection::Head(h) => 8 + head_index(h),
+            Rejection::TooManyInputs { .. } => 8,
+            Rejection::InputTooLong { .. } => 9,
+            Rejection::BodyFraming(_) => 10,
+            Rejection::Head(h) => 11 + head_index(h),
         }
     }
 
@@ -389,8 +418,8 @@ mod tests {
     #[test]
     fn the_samples_hold_every_variant_once() {
         let rejections: BTreeSet<usize> = rejection_samples().iter().map(rejection_index).collect();
-        assert_eq!(rejections, (0..8 + 14).collect());
-        assert_eq!(rejection_samples().len(), 8 + 14);
+        assert_eq!(rejections, (0..11 + 14).collect());
+        assert_eq!(rejection_samples().len(), 11 + 14);
         let upstream: BTreeSet<usize> = upstream_samples().iter().map(upstream_index).collect();
         assert_eq!(upstream, (0..3).collect());
     }

@@ -26,16 +26,8 @@
 //!
 //! No message names a header value: the client's bytes are never echoed.
 //!
-//! Cost of screening the 300-byte head of `tests::typical_head_cost` (an OpenAI SDK's
-//! shape: 9 fields, keep-alive, Content-Length), on this 2-core shared machine:
-//!   - callgrind, `cargo test --release --lib --no-run`, then the test binary under
-//!     `valgrind --tool=callgrind ... head::tests::typical_head_cost --ignored --exact`:
-//!     7,211,000 instructions inclusive for 1,000 calls, so about 7,200 per head (24 per
-//!     byte; it is one pass per line plus one over each value);
-//!   - through the binding, `timeit` of `screen_request_head(head, 16384)`, 5 runs of
-//!     200,000 calls: median 2.8 µs per call, best 1.7 µs (most of it the HeadInfo object
-//!     and its three bytes), against 27 µs for the pure-Python screen of edgegw/http1/
-//!     screen.py and 108 µs for h11 parsing the same head.
+//! One pass per line plus one over each value (`tests::typical_head_cost` measures it; its
+//! figures are in bench/README.md).
 
 use crate::error::{HeadFault, Rejection};
 
@@ -60,6 +52,8 @@ pub struct HeadInfo<'a> {
     pub expect_continue: bool,
     /// An Upgrade field is present.
     pub upgrade: bool,
+    /// The field lines in order: (name as sent, value without its surrounding whitespace).
+    pub fields: Vec<(&'a [u8], &'a [u8])>,
 }
 
 /// RFC 9110 §5.6.2 tchar: ALPHA, DIGIT and these.
@@ -207,6 +201,7 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
     let mut hosts = 0usize;
     let (mut close, mut keep_alive_token) = (false, false);
     let (mut expect_continue, mut upgrade) = (false, false);
+    let mut fields = Vec::with_capacity(16);
     for (count, line) in lines.enumerate() {
         let line = line?;
         if count == MAX_HEADER_LINES {
@@ -229,6 +224,7 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
             return Err(HeadFault::BadHeaderValue);
         }
         let value = trim_ows(raw);
+        fields.push((name, value));
         // The names the screen reads, by length first: most fields are none of them.
         match name.len() {
             4 if name.eq_ignore_ascii_case(b"host") => hosts += 1,
@@ -284,6 +280,7 @@ fn screen(head: &[u8], max_bytes: usize) -> Result<HeadInfo<'_>, HeadFault> {
         keep_alive: !close && (http11 || keep_alive_token),
         expect_continue: http11 && expect_continue,
         upgrade,
+        fields,
     })
 }
 

@@ -28,7 +28,7 @@ mod binding {
     use crate::http1;
     use crate::otlp;
     use crate::passthrough;
-    use crate::request::{self, Endpoint, Parsed};
+    use crate::request::{self, retrieval, Endpoint, Parsed};
     use crate::sse;
 
     create_exception!(
@@ -295,6 +295,67 @@ mod binding {
         })
     }
 
+    /// A checked `/v1/embeddings` or `/v1/rerank` body: `.model`, `.items` (inputs or
+    /// documents), `.single` and `.tokens` (embeddings: one input; token ids).
+    #[pyclass(frozen, module = "edgegw._core")]
+    struct RetrievalRequest {
+        #[pyo3(get)]
+        model: String,
+        #[pyo3(get)]
+        items: usize,
+        #[pyo3(get)]
+        single: bool,
+        #[pyo3(get)]
+        tokens: bool,
+    }
+
+    fn retrieval_with(
+        body: &Bound<'_, PyAny>,
+        parse: fn(&[u8], &retrieval::Bounds) -> Result<retrieval::Retrieval, Rejection>,
+        bounds: retrieval::Bounds,
+    ) -> PyResult<RetrievalRequest> {
+        let bytes = body
+            .cast::<PyBytes>()
+            .map_err(|_| PyTypeError::new_err("body must be bytes"))?;
+        let r = parse(bytes.as_bytes(), &bounds)?;
+        Ok(RetrievalRequest {
+            model: r.model,
+            items: r.items,
+            single: r.single,
+            tokens: r.tokens,
+        })
+    }
+
+    /// Parse and validate a `/v1/embeddings` body under the operator's bounds.
+    #[pyfunction]
+    fn parse_embeddings_request(
+        body: &Bound<'_, PyAny>,
+        max_inputs: usize,
+        max_input_bytes: usize,
+    ) -> PyResult<RetrievalRequest> {
+        let bounds = retrieval::Bounds {
+            max_items: max_inputs,
+            max_input_bytes,
+            items_setting: "EDGEGW_EMBEDDINGS_MAX_INPUTS",
+        };
+        retrieval_with(body, retrieval::parse_embeddings, bounds)
+    }
+
+    /// Parse and validate a `/v1/rerank` body under the operator's bounds.
+    #[pyfunction]
+    fn parse_rerank_request(
+        body: &Bound<'_, PyAny>,
+        max_documents: usize,
+        max_input_bytes: usize,
+    ) -> PyResult<RetrievalRequest> {
+        let bounds = retrieval::Bounds {
+            max_items: max_documents,
+            max_input_bytes,
+            items_setting: "EDGEGW_RERANK_MAX_DOCUMENTS",
+        };
+        retrieval_with(body, retrieval::parse_rerank, bounds)
+    }
+
     #[pyclass(frozen, module = "edgegw._core")]
     struct SseEvent {
         #[pyo3(get)]
@@ -540,6 +601,42 @@ mod binding {
         }
     }
 
+    /// A request's body framing, its head screened: `feed(bytes) -> ResponseFeed` (`.body`,
+    /// `.done`), `done`, `take_trailing()` (what came after the body: the next request).
+    #[pyclass(module = "edgegw._core")]
+    struct RequestBody {
+        inner: http1::ResponseParser,
+    }
+
+    #[pymethods]
+    impl RequestBody {
+        #[new]
+        fn new(content_length: Option<u64>, chunked: bool) -> Self {
+            RequestBody {
+                inner: http1::ResponseParser::request_body(content_length, chunked),
+            }
+        }
+
+        /// `RequestError` (400 `invalid_request`) for malformed chunked framing: the client's
+        /// bytes, not an upstream's.
+        fn feed(&mut self, py: Python<'_>, data: Cow<'_, [u8]>) -> PyResult<ResponseFeed> {
+            let p = self
+                .inner
+                .feed(&data)
+                .map_err(|e| Rejection::BodyFraming(e.to_string()))?;
+            ResponseParser::convert(py, p)
+        }
+
+        #[getter]
+        fn done(&self) -> bool {
+            self.inner.is_done()
+        }
+
+        fn take_trailing<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyBytes> {
+            PyBytes::new(py, &self.inner.take_trailing())
+        }
+    }
+
     #[pymethods]
     impl ResponseParser {
         #[new]
@@ -592,6 +689,9 @@ mod binding {
         expect_continue: bool,
         #[pyo3(get)]
         upgrade: bool,
+        /// The field lines as ASGI wants them: (lower-cased name, value), in order.
+        #[pyo3(get)]
+        headers: Py<PyList>,
     }
 
     #[pymethods]
@@ -630,7 +730,14 @@ mod binding {
         max_bytes: usize,
     ) -> PyResult<HeadInfo> {
         let h = head::screen_request_head(&head, max_bytes)?;
+        let headers = h.fields.iter().map(|(name, value)| {
+            (
+                PyBytes::new(py, &name.to_ascii_lowercase()),
+                PyBytes::new(py, value),
+            )
+        });
         Ok(HeadInfo {
+            headers: PyList::new(py, headers)?.unbind(),
             method: PyBytes::new(py, h.method).unbind(),
             target: PyBytes::new(py, h.target).unbind(),
             http_version: PyBytes::new(py, h.http_version).unbind(),
@@ -739,12 +846,16 @@ mod binding {
         m.add_class::<SseEvent>()?;
         m.add_class::<SseSplitter>()?;
         m.add_class::<ResponseParser>()?;
+        m.add_class::<RequestBody>()?;
         m.add_class::<ResponseFeed>()?;
         m.add_class::<ResponseHead>()?;
         m.add_function(wrap_pyfunction!(parse_chat_request, m)?)?;
         m.add_function(wrap_pyfunction!(parse_completions_request, m)?)?;
         m.add_class::<PassthroughRequest>()?;
         m.add_function(wrap_pyfunction!(parse_passthrough, m)?)?;
+        m.add_class::<RetrievalRequest>()?;
+        m.add_function(wrap_pyfunction!(parse_embeddings_request, m)?)?;
+        m.add_function(wrap_pyfunction!(parse_rerank_request, m)?)?;
         m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
         m.add_function(wrap_pyfunction!(gunzip_capped, m)?)?;
         m.add_function(wrap_pyfunction!(decode_otlp_metrics, m)?)?;

@@ -2,12 +2,12 @@
 //! (one resource, one instrumentation scope), as the OpenTelemetry SDK's `encode_spans`
 //! writes it. Pure: no I/O, no pyo3 (the binding is in lib.rs). edgegw's export pipeline
 //! (edgegw/telemetry/otelsdk.py) calls it instead of the SDK's Python encoder, which cost
-//! 270-345 µs of a request's four spans (bench/README.md).
+//! more than the rest of a traced request (bench/README.md).
 //!
 //! Two ways to the same bytes: `encode_spans` (a whole batch at once), and
 //! `encode_span_entry` as each span ends plus `encode_batch` over the entries. The second
 //! is what the gateway uses: a span's attributes are read while still in the cache, and a
-//! batch no longer holds the event loop for the 3-4 ms of encoding 512 spans at once.
+//! batch no longer holds the event loop for the time of encoding 512 spans at once.
 
 use std::borrow::Cow;
 
@@ -94,8 +94,8 @@ const SCOPE_SPANS_SPAN: u32 = 2;
 /// One span as an entry of `ScopeSpans.spans` (its key, length and message): batches are
 /// concatenations of entries (`encode_batch`). Written field by field from the span as it
 /// is, the bytes prost writes for `span(s)` (`entries_are_the_bytes_prost_writes`): the prost
-/// message copied every string and made a vector of every attribute list first, 6-8 µs of a
-/// request's four spans in process, doubled in a loaded gateway (bench/README.md).
+/// message copied every string and made a vector of every attribute list first
+/// (bench/README.md has the cost).
 pub fn encode_span_entry(s: &Span) -> Vec<u8> {
     let mut out = Vec::new();
     put_span_entry(s, &mut out);
@@ -362,9 +362,8 @@ pub fn encode_batch<E: AsRef<[u8]>>(
 /// What comes before the entries of a batch, `entries_len` bytes of them: the entries are
 /// the last field of `ScopeSpans`, itself the last of `ResourceSpans`, itself the only one of
 /// the request, so a batch is this head and then the entries as they are (no copy of them
-/// into each enclosing message in turn: a batch of 512 spans is ~130 KiB, and four copies
-/// of it, each a fresh allocation whose pages fault in, cost ~5 µs a request of the export
-/// task under load; bench/README.md).
+/// into each enclosing message in turn: a batch of 512 spans is ~130 KiB, and each copy is
+/// a fresh allocation whose pages fault in; bench/README.md).
 pub fn batch_head(
     resource: &Attributes,
     scope_name: &str,

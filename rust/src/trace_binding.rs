@@ -113,7 +113,7 @@ fn make_span(args: SpanArgs<'_>) -> PyResult<Span> {
 /// One trace's ended spans as entries of a batch (`encode_otlp_batch`), one after the
 /// other: `spans` are tuples (name, span id, parent span id or None, remote parent,
 /// kind, attributes, events or None, start ns, end ns, error), all of trace
-/// `trace_id` with `trace_state`. One call a request: it holds the GIL for a few µs.
+/// `trace_id` with `trace_state`. One call a request, so the GIL is taken once.
 #[pyfunction]
 fn encode_otlp_trace<'py>(
     py: Python<'py>,
@@ -205,8 +205,8 @@ fn encode_otlp_spans<'py>(
 /// A client's trace context from a request's headers (name, value pairs of bytes; the last
 /// `traceparent` and `tracestate`, as the SDK's dict carrier kept them): (trace id, span
 /// id, sampled, the `tracestate` value or None), None without a valid `traceparent`
-/// (`parse_traceparent`). One call: the Python reader's header loop, regex and int parsing
-/// cost a traced request ~3 µs in process (edgegw.telemetry.otelsdk.read_parent).
+/// (`parse_traceparent`). One call, in place of the Python reader's header loop, regex and
+/// int parsing (bench/README.md has what that cost).
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn read_traceparent<'py>(

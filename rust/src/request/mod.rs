@@ -29,6 +29,7 @@ mod body;
 mod fields;
 mod messages;
 mod parts;
+pub mod retrieval;
 mod structured;
 mod values;
 

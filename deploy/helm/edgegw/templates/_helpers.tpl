@@ -56,7 +56,7 @@ it (edgegw/server.py DRAIN_MARGIN_S, 5 s), and 5 s for the processes to exit. */
 {{- if hasKey .Values "redis" }}
 {{- fail "redis is reserved for the tenants feature: edgegw reads no Redis URL yet, so the chart sets none" }}
 {{- end }}
-{{- $owned := list "SERVER_HOST" "SERVER_PORT" "SERVER_GRACEFUL_TIMEOUT" "EDGEGW_WORKERS" "EDGEGW_API_KEYS" "EDGEGW_API_KEYS_FILE" "TELEMETRY_ENABLED" "TELEMETRY_ENABLE" "TELEMETRY_METRICS_PORT" "LOCAL_MODELS" }}
+{{- $owned := list "SERVER_HOST" "SERVER_PORT" "SERVER_GRACEFUL_TIMEOUT" "SERVER_SHUTDOWN_DELAY" "EDGEGW_WORKERS" "EDGEGW_API_KEYS" "EDGEGW_API_KEYS_FILE" "TELEMETRY_ENABLED" "TELEMETRY_ENABLE" "TELEMETRY_METRICS_PORT" "LOCAL_MODELS" }}
 {{- range $key, $_ := .Values.config }}
 {{- $name := upper $key }}
 {{- if has $name $owned }}
