@@ -26,7 +26,7 @@ from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, Headers, fail
 from edgegw.keyfile import Budget, Caller, Limits
 from edgegw.tenants.budgets import LiveKeys, Usage, period_end
-from edgegw.tenants.limits import Bucket, duration_text, reset_s, wait_s
+from edgegw.tenants.limits import Bucket, duration_text, need, reset_s, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
 from edgegw.tenants.redis_link import RedisUnavailable
 from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits
@@ -40,9 +40,10 @@ CONCURRENCY_RETRY_S = 1
 class _Holder:
     """One tenant's or key's counters in this process."""
 
-    __slots__ = ("requests", "tokens", "active")
+    __slots__ = ("requests", "tokens", "active", "who")
 
-    def __init__(self) -> None:
+    def __init__(self, who: str) -> None:
+        self.who = who  # `tenant <name>` or `key <name>`, for refusals
         self.requests: Bucket | None = None
         self.tokens: Bucket | None = None
         self.active = 0
@@ -127,41 +128,52 @@ class Tenancy:
         estimate: int,
         budgets: bool,
     ) -> Ticket:
-        """In this process: the budgets (from the usage it counts) and its token buckets."""
+        """In this process: the budgets (from the usage it counts) and its token buckets,
+        refilled, checked and charged in one pass (a refusal is worked out again, slowly)."""
         tenant, key = caller.tenant, caller.key
         if budgets and (tenant.budgets or key.budgets):
             self._check_budgets(scopes, (tenant.budgets, key.budgets))
-        limited = []
+        limited: list[tuple[_Holder, Limits]] = []
         if tenant.limits:
             limited.append(
-                (self._holder(("t", tenant.name)), tenant.limits, f"tenant {tenant.name}")
+                (self._holder(("t", tenant.name), f"tenant {tenant.name}"), tenant.limits)
             )
         if key.limits:
             limited.append(
-                (self._holder(("k", tenant.name, key.name)), key.limits, f"key {key.name}")
+                (self._holder(("k", tenant.name, key.name), f"key {key.name}"), key.limits)
             )
         if not limited:
             return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
         now = self._clock()
-        for holder, limits, _ in limited:
-            if limits.rpm is not None:
-                holder.requests = holder.requests or Bucket(limits.rpm, now)
-                holder.requests.refill(limits.rpm, now)
-            if limits.tpm is not None:
-                holder.tokens = holder.tokens or Bucket(limits.tpm, now)
-                holder.tokens.refill(limits.tpm, now)
-        refusal = _refusal(limited, estimate)
-        headers = _headers(limited, 1 if refusal is None else 0, estimate if refusal is None else 0)
-        if refusal is not None:
-            raise refusal.replace(more_headers=headers)
-        for holder, limits, _ in limited:
-            if holder.requests is not None and limits.rpm is not None:
-                holder.requests.level -= 1
-            if holder.tokens is not None and limits.tpm is not None:
-                holder.tokens.level -= estimate
+        fits = True
+        for holder, limits in limited:
+            if (rpm := limits.rpm) is not None:
+                bucket = holder.requests = holder.requests or Bucket(rpm, now)
+                fits = bucket.refill(rpm, now) >= 1.0 and fits
+            if (tpm := limits.tpm) is not None:
+                bucket = holder.tokens = holder.tokens or Bucket(tpm, now)
+                fits = bucket.refill(tpm, now) >= need(tpm, estimate) and fits
+            if limits.concurrency is not None and holder.active >= limits.concurrency:
+                fits = False
+        if not fits:
+            refusal = _refusal(limited, estimate)
+            assert refusal is not None
+            raise refusal.replace(more_headers=_headers(limited, 0, 0))
+        # Charged, and the tightest bucket of each kind kept for the headers.
+        requests: tuple[float, int] | None = None
+        tokens: tuple[float, int] | None = None
+        for holder, limits in limited:
+            if (charged := holder.requests) is not None and (rpm := limits.rpm) is not None:
+                charged.level -= 1
+                if requests is None or (charged.level, rpm) < requests:
+                    requests = (charged.level, rpm)
+            if (charged := holder.tokens) is not None and (tpm := limits.tpm) is not None:
+                charged.level -= estimate
+                if tokens is None or (charged.level, tpm) < tokens:
+                    tokens = (charged.level, tpm)
             holder.active += 1
-        held = [(h, lim) for h, lim, _ in limited]
-        return Ticket(self, model, scopes, held, estimate, prompt_tokens, headers)
+        headers = _kind_headers(b"requests", requests) + _kind_headers(b"tokens", tokens)
+        return Ticket(self, model, scopes, limited, estimate, prompt_tokens, headers)
 
     async def _admit_shared(
         self,
@@ -213,10 +225,10 @@ class Tenancy:
                 if self.usage.spent(scope, b.unit, b.period, now) >= b.limit:
                     raise _budget_refusal(who, b, now)
 
-    def _holder(self, name: tuple[str, ...]) -> _Holder:
+    def _holder(self, name: tuple[str, ...], who: str) -> _Holder:
         holder = self._holders.get(name)
         if holder is None:
-            holder = self._holders[name] = _Holder()
+            holder = self._holders[name] = _Holder(who)
         return holder
 
 
@@ -270,11 +282,12 @@ def _store_unavailable() -> GatewayError:
     )
 
 
-def _refusal(limited: list[tuple[_Holder, Limits, str]], estimate: int) -> GatewayError | None:
+def _refusal(limited: list[tuple[_Holder, Limits]], estimate: int) -> GatewayError | None:
     """The refusal of the first limit the request does not fit, with the longest wait."""
     found: GatewayError | None = None
     wait = 0.0
-    for holder, limits, who in limited:
+    for holder, limits in limited:
+        who = holder.who
         if limits.concurrency is not None and holder.active >= limits.concurrency:
             found = found or _concurrency_refusal(who, limits.concurrency)
             wait = max(wait, CONCURRENCY_RETRY_S)
@@ -290,11 +303,11 @@ def _refusal(limited: list[tuple[_Holder, Limits, str]], estimate: int) -> Gatew
     return None if found is None else found.replace(more_headers=_retry_headers(wait))
 
 
-def _headers(limited: list[tuple[_Holder, Limits, str]], requests: int, tokens: int) -> Headers:
+def _headers(limited: list[tuple[_Holder, Limits]], requests: int, tokens: int) -> Headers:
     """OpenAI's x-ratelimit-* for the tightest requests and tokens limits, after charging
     `requests` and `tokens`."""
     levels: list[tuple[str, float, int]] = []
-    for holder, limits, _ in limited:
+    for holder, limits in limited:
         if holder.requests is not None and limits.rpm is not None:
             levels.append(("r", holder.requests.level - requests, limits.rpm))
         if holder.tokens is not None and limits.tpm is not None:
@@ -305,18 +318,25 @@ def _headers(limited: list[tuple[_Holder, Limits, str]], requests: int, tokens: 
 def _level_headers(levels: list[tuple[str, float, int]]) -> Headers:
     """The headers of the bucket with the least left, of each kind (r, t): its limit, what
     remains, and the time until it is full."""
-    out: list[tuple[bytes, bytes]] = []
-    for kind, name in (("r", b"requests"), ("t", b"tokens")):
-        mine = [(level, limit) for k, level, limit in levels if k == kind]
-        if not mine:
-            continue
-        level, limit = min(mine)
-        out += [
-            (b"x-ratelimit-limit-" + name, b"%d" % limit),
-            (b"x-ratelimit-remaining-" + name, b"%d" % max(0, math.floor(level))),
-            (b"x-ratelimit-reset-" + name, duration_text(reset_s(limit, level)).encode()),
-        ]
-    return tuple(out)
+    r = [(level, limit) for k, level, limit in levels if k == "r"]
+    t = [(level, limit) for k, level, limit in levels if k == "t"]
+    return _kind_headers(b"requests", min(r) if r else None) + _kind_headers(
+        b"tokens", min(t) if t else None
+    )
+
+
+def _kind_headers(
+    name: bytes, tightest: tuple[float, int] | None
+) -> tuple[tuple[bytes, bytes], ...]:
+    """x-ratelimit-limit-, -remaining- and -reset-`name` of a bucket (level, limit)."""
+    if tightest is None:
+        return ()
+    level, limit = tightest
+    return (
+        (b"x-ratelimit-limit-" + name, b"%d" % limit),
+        (b"x-ratelimit-remaining-" + name, b"%d" % max(0, math.floor(level))),
+        (b"x-ratelimit-reset-" + name, duration_text(reset_s(limit, level)).encode()),
+    )
 
 
 def _row_limit(kind: str, what: Limits | Budget) -> int:
