@@ -31,7 +31,6 @@ whole, which is checked best when read in one file.
 
 from __future__ import annotations
 
-import email.utils
 import select
 import ssl
 import time
@@ -558,6 +557,8 @@ def retry_after_s(value: bytes | None) -> float | None:
     text = value.decode("latin-1").strip()
     if text.isdigit():
         return min(float(text), MAX_RETRY_AFTER_S)
+    import email.utils  # a date here is rare; the email package is 0.3 MiB of every start
+
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):

@@ -15,6 +15,7 @@ import socket
 import ssl
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate
 
 import orjson
 import pytest
@@ -25,6 +26,7 @@ import trustme
 from edgegw.http1.limits import DEFAULT_LIMITS, ConnectionLimits
 from edgegw.http1.server import open_listener, serve_http1
 from edgegw.http1.tls import server_context
+from edgegw.http1.wire import imf_fixdate
 from edgegw.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
@@ -776,3 +778,9 @@ async def test_hypercorn_is_still_available(nursery: trio.Nursery, mock: MockUps
     gw = await start_gateway(nursery, upstream_env(mock, EDGEGW_SERVER="hypercorn"))
     (resp,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
     assert resp.status == 200 and b"hypercorn" in resp.headers.get(b"server", b"")
+
+
+@pytest.mark.parametrize("now", [0, 951_782_400, 1_796_000_000, 4_102_444_799])
+def test_the_date_header_is_rfc_9110s_imf_fixdate(now: int) -> None:
+    # email.utils' formatdate as the reference (edgegw formats it by hand).
+    assert imf_fixdate(now) == formatdate(now, usegmt=True).encode()

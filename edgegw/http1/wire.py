@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import socket
 import time
-from email.utils import formatdate
 from http import HTTPStatus
 
 import trio
@@ -27,11 +26,24 @@ REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _date = [0, b""]
 
 
+_DAYS = (b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun")
+_MONTHS = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec")  # fmt: skip
+
+
+def imf_fixdate(now: int) -> bytes:
+    """RFC 9110's IMF-fixdate of a Unix time; by hand, as email.utils' formatdate would
+    import the email package into every start."""
+    t = time.gmtime(now)
+    return b"%s, %02d %s %04d %02d:%02d:%02d GMT" % (
+        _DAYS[t.tm_wday], t.tm_mday, _MONTHS[t.tm_mon - 1], t.tm_year, t.tm_hour, t.tm_min, t.tm_sec
+    )  # fmt: skip
+
+
 def http_date() -> bytes:
     """The Date header value, formatted once a second."""
     now = int(time.time())
     if _date[0] != now:
-        _date[1] = formatdate(now, usegmt=True).encode()
+        _date[1] = imf_fixdate(now)
         _date[0] = now
     return _date[1]  # type: ignore[return-value]
 

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
 from edgegw.keyfile import PERIODS
 from edgegw.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    import sqlite3  # imported when a store is opened: 1 MiB of every start otherwise
 
 log = logging.getLogger("edgegw.tenants")
 
@@ -137,6 +140,13 @@ Totals = dict[tuple[str, str], list[int]]  # (scope, period key) -> [tokens, nan
 LiveKeys = dict[tuple[str, str], tuple[str, float]]  # (tenant, name) -> (line, created)
 
 
+def _store_errors() -> tuple[type[Exception], ...]:
+    """What a store's write can raise (evaluated only when something was raised)."""
+    import sqlite3
+
+    return (OSError, sqlite3.Error)
+
+
 class Usage:
     """Usage by scope and period: in memory, and in the SQLite file at `path` when given.
 
@@ -181,7 +191,7 @@ class Usage:
             try:
                 await trio.to_thread.run_sync(self._open)
                 await self._flush()
-            except (OSError, sqlite3.Error) as e:
+            except _store_errors() as e:
                 raise StoreError(f"TENANTS_STORE_PATH: cannot use {self.path} ({e})") from None
         task_status.started()
         try:
@@ -197,7 +207,7 @@ class Usage:
     async def _flush_logged(self) -> None:
         try:
             await self._flush()
-        except (OSError, sqlite3.Error) as e:
+        except _store_errors() as e:
             log.warning("tenants' usage not written to %s (%s); kept to try again", self.path, e)
 
     async def _flush(self) -> None:
@@ -223,6 +233,8 @@ class Usage:
             raise
 
     def _open(self) -> None:
+        import sqlite3
+
         assert self.path is not None
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection, used by one worker thread at a time (the flusher awaits each).
