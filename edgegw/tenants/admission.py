@@ -158,7 +158,7 @@ class Tenancy:
         if not fits:
             refusal = _refusal(limited, estimate)
             assert refusal is not None
-            raise refusal.replace(more_headers=_headers(limited, 0, 0))
+            raise refusal.replace(more_headers=_headers(limited))
         # Charged, and the tightest bucket of each kind kept for the headers.
         requests: tuple[float, int] | None = None
         tokens: tuple[float, int] | None = None
@@ -303,15 +303,14 @@ def _refusal(limited: list[tuple[_Holder, Limits]], estimate: int) -> GatewayErr
     return None if found is None else found.replace(more_headers=_retry_headers(wait))
 
 
-def _headers(limited: list[tuple[_Holder, Limits]], requests: int, tokens: int) -> Headers:
-    """OpenAI's x-ratelimit-* for the tightest requests and tokens limits, after charging
-    `requests` and `tokens`."""
+def _headers(limited: list[tuple[_Holder, Limits]]) -> Headers:
+    """A refusal's x-ratelimit-* (nothing charged): the tightest requests and tokens limits."""
     levels: list[tuple[str, float, int]] = []
     for holder, limits in limited:
         if holder.requests is not None and limits.rpm is not None:
-            levels.append(("r", holder.requests.level - requests, limits.rpm))
+            levels.append(("r", holder.requests.level, limits.rpm))
         if holder.tokens is not None and limits.tpm is not None:
-            levels.append(("t", holder.tokens.level - tokens, limits.tpm))
+            levels.append(("t", holder.tokens.level, limits.tpm))
     return _level_headers(levels)
 
 
