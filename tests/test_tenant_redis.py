@@ -5,11 +5,7 @@ spent for the others, and Redis stopped mid-run behaves as TENANTS_REDIS_*_FAIL 
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
@@ -21,8 +17,9 @@ from edgegw.settings import parse_redis_url
 from edgegw.tenants.redis_link import RedisLink
 
 from .conftest import start_gateway, upstream_env
+from .processes import gateway_process
 from .rawhttp import RawResponse, request
-from .redis_server import RedisServer, _free_port
+from .redis_server import RedisServer
 
 CHAT = orjson.dumps(
     {"model": "openai/m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
@@ -61,30 +58,6 @@ def env_for(
     return upstream_env(mock, EDGEGW_API_KEYS_FILE=str(keys), TENANTS_REDIS_URL=redis.url, **extra)
 
 
-@asynccontextmanager
-async def gateway_process(env: dict[str, str]) -> AsyncIterator[int]:
-    """`edgegw serve --workers 1` on a port of its own; its port once it answers."""
-    port = _free_port()
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "edgegw", "serve", "--workers", "1"],
-        env={**os.environ, **env, "SERVER_PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        with trio.fail_after(20):
-            while True:
-                try:
-                    if (await request(port, "GET", "/health")).status == 200:
-                        break
-                except OSError:
-                    await trio.sleep(0.1)
-        yield port
-    finally:
-        proc.kill()
-        await proc.wait()
-
-
 async def test_three_gateway_processes_keep_one_limit(
     mock: MockUpstream, tmp_path: Path, redis: RedisServer
 ) -> None:
@@ -92,9 +65,9 @@ async def test_three_gateway_processes_keep_one_limit(
     text = f"tenant t rpm=12 concurrency=100\nkey k tenant=t sha256={sha('sk-k')}\n"
     env = env_for(mock, tmp_path, redis, text)
     async with (
-        gateway_process(env) as a,
-        gateway_process(env) as b,
-        gateway_process(env) as c,
+        gateway_process(env) as (_, a),
+        gateway_process(env) as (_, b),
+        gateway_process(env) as (_, c),
     ):
         statuses: dict[int, list[int]] = {a: [], b: [], c: []}
 

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import math
 import os
+import subprocess
 from pathlib import Path
 
 import openai
@@ -32,6 +33,7 @@ from .conftest import (
     wait_until,
 )
 from .oidc_issuer import Issuer
+from .processes import gateway_process
 from .rawhttp import RawResponse, request
 
 
@@ -521,38 +523,15 @@ async def test_hashed_keys_alone_count_as_client_authentication_at_start(
 ) -> None:
     """`edgegw serve` on a non-loopback address warns when nobody is asked for a key; a key
     file of tenants and hashed keys asks."""
-    import subprocess
-    import sys
-
-    from .redis_server import _free_port
-
     keys = tmp_path / "keys"
     keys.write_text(f"tenant t\nkey k tenant=t sha256={sha('sk-k')}\n")
-    port = _free_port()
     env = {
-        **os.environ,
         "SERVER_HOST": "0.0.0.0",  # noqa: S104 (what the warning is about)
-        "SERVER_PORT": str(port),
         "EDGEGW_API_KEYS_FILE": str(keys),
         "TENANTS_STORE_PATH": str(tmp_path / "usage.sqlite3"),
     }
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "edgegw", "serve", "--workers", "1"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        with trio.fail_after(20):
-            while True:
-                try:
-                    if (await request(port, "GET", "/health")).status == 200:
-                        break
-                except OSError:
-                    await trio.sleep(0.1)
-    finally:
-        proc.terminate()
-        await proc.wait()
+    async with gateway_process(env, stderr=subprocess.PIPE) as (proc, _):
+        pass
     assert proc.stderr is not None
     stderr = (await proc.stderr.receive_some(1 << 20)).decode()
     assert "no client authentication" not in stderr
