@@ -20,6 +20,8 @@ cost each feature's median puts over ``off``'s:
 - ``tenants``: the same key as a tenant's in the key file, with every limit (rpm, tpm,
   concurrency) and both budgets set on the tenant and the key (never reached), the model
   priced (MODEL_PRICES) and the usage written to SQLite every second;
+- ``tenants_budgets`` and ``tenants_limits``: the same with only the budgets (priced, usage to
+  SQLite), or only the limits (no price, nothing stored): which of the two costs what;
 - ``tenants_redis``: the same through Redis (TENANTS_REDIS_URL: a redis-server on core 0
   with the mock): a script round trip to admit each request, one more to settle it.
 """
@@ -76,6 +78,8 @@ FEATURES = (
     "routing",
     "keys",
     "tenants",
+    "tenants_budgets",
+    "tenants_limits",
     "tenants_redis",
 )
 KEY = "sk-bench-tenant-key"
@@ -96,17 +100,18 @@ def _configs(
         json.dumps({"models": {"fast": {"strategy": "round_robin", "deployments": deployments}}})
     )
     base = {"TELEMETRY_ENABLED": "true", "TELEMETRY_METRICS_PORT": "0", "PYTHONHASHSEED": "0"}
-    keys = work / "keys"
     digest = hashlib.sha256(KEY.encode()).hexdigest()
-    keys.write_text(
-        f"tenant bench {LIMITS} {BUDGETS}\nkey k tenant=bench sha256={digest} {LIMITS} {BUDGETS}\n"
-    )
-    tenants = {
-        **base,
-        "EDGEGW_API_KEYS_FILE": str(keys),
-        "TENANTS_STORE_PATH": str(work / "usage.sqlite3"),
-        "MODEL_PRICES": "openai/gpt-4o-mini=0.15:0.6",
-    }
+
+    def tenants_with(what: str, name: str) -> dict[str, str]:
+        keys = work / name
+        keys.write_text(f"tenant bench {what}\nkey k tenant=bench sha256={digest} {what}\n")
+        env = {**base, "EDGEGW_API_KEYS_FILE": str(keys)}
+        if BUDGETS in what:
+            env["TENANTS_STORE_PATH"] = str(work / f"{name}.sqlite3")
+            env["MODEL_PRICES"] = "openai/gpt-4o-mini=0.15:0.6"
+        return env
+
+    tenants = tenants_with(f"{LIMITS} {BUDGETS}", "keys")
     return {
         "off": (base, CHAT),
         "tracing": (
@@ -128,6 +133,8 @@ def _configs(
         ),
         "keys": ({**base, "EDGEGW_API_KEYS": KEY}, CHAT),
         "tenants": (tenants, CHAT),
+        "tenants_budgets": (tenants_with(BUDGETS, "keys_budgets"), CHAT),
+        "tenants_limits": (tenants_with(LIMITS, "keys_limits"), CHAT),
         "tenants_redis": (
             {**tenants, "TENANTS_REDIS_URL": f"redis://127.0.0.1:{redis_port}"},
             CHAT,
@@ -155,7 +162,7 @@ def run(ns: argparse.Namespace) -> Result:
                     args = ["load", "--port", str(port), "--body-file", bodies[name],
                             "--connections", str(ns.connections), "--seconds", str(ns.seconds),
                             "--warmup-s", str(ns.warmup_s)]  # fmt: skip
-                    if name in ("keys", "tenants", "tenants_redis"):
+                    if name == "keys" or name.startswith("tenants"):
                         args += ["--header", f"Authorization: Bearer {KEY}"]
                     r = generate(binary, args, gw.pid)
                 assert r["errors"] == 0 and r["ok"], (name, r["errors_by_kind"])
