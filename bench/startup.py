@@ -23,7 +23,7 @@ import time
 import tomllib
 import urllib.request
 
-from bench.harness import ROOT, Result, free_port, rss_bytes, spread, tree_pids, wait_quiet
+from bench.harness import ROOT, Result, free_port, rss_bytes, spread, wait_quiet
 
 MiB = 1 << 20
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -62,12 +62,13 @@ def _healthy(port: int) -> bool:
         return False
 
 
-def _serving_pids(kind: str, proc: subprocess.Popen[bytes], name: str) -> list[int]:
+def _serving_pid(kind: str, proc: subprocess.Popen[bytes], name: str) -> int | None:
+    """The root of the serving process tree: the launched one, or the container's PID 1."""
     if kind != "image":
-        return tree_pids(proc.pid)
+        return proc.pid
     out = subprocess.run(["podman", "inspect", name, "--format", "{{.State.Pid}}"],
                          capture_output=True, check=False).stdout  # fmt: skip
-    return [int(out)] if out.strip().isdigit() else []
+    return int(out) if out.strip().isdigit() else None
 
 
 def _one(kind: str, run: int) -> tuple[float, float]:
@@ -86,7 +87,8 @@ def _one(kind: str, run: int) -> tuple[float, float]:
             time.sleep(0.005)
         cold = time.perf_counter() - t0
         time.sleep(1.0)
-        rss = sum(rss_bytes(pid) for pid in _serving_pids(kind, proc, name)) / MiB
+        pid = _serving_pid(kind, proc, name)
+        rss = 0.0 if pid is None else rss_bytes(pid) / MiB  # the tree's: rss_bytes sums it
     finally:
         if kind == "image":
             subprocess.run(["podman", "stop", "-t", "10", name], capture_output=True, check=False)
