@@ -7,6 +7,7 @@ measures and holds the figures):
     python -m bench memory       # RSS idle, per idle connection, under load, over a soak
     python -m bench https        # HTTPS through edgegw.http1's TLS, next to plain HTTP
     python -m bench features     # what tracing, the access log, guardrails, routing add a request
+    python -m bench instructions # the same, counted in instructions under callgrind (exact)
     python -m bench embeddings   # one /v1/embeddings request of 256 inputs: CPU, added latency
     python -m bench startup      # cold start, idle RSS and size: python, one-file, one-dir, image
     python -m bench smoke        # every scenario for a fraction of a second: it runs, no figures
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import capacity, embeddings, features, https, memory, startup
+from bench import capacity, embeddings, features, https, instructions, memory, startup
 from bench.harness import RESULTS, ROOT, Result, loadavg, machine
 
 
@@ -73,6 +74,13 @@ SCENARIOS = {
         features.run,
         features.SMOKE,
         "added",
+    ),  # fmt: skip
+    "instructions": Scenario(
+        "instructions and mallocs a request under callgrind, configuration against configuration",
+        instructions.add_arguments,
+        instructions.run,
+        instructions.SMOKE,
+        "configurations",
     ),  # fmt: skip
     "embeddings": Scenario(
         "one /v1/embeddings request of 256 inputs: gateway CPU and added latency",

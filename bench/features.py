@@ -87,7 +87,7 @@ LIMITS = "rpm=1000000000 tpm=1000000000000 concurrency=1000000"
 BUDGETS = "budget_tokens=1e15/month budget_usd=1000000000/day"
 
 
-def _configs(
+def configurations(
     work: Path, mock_port: int, redis_port: int
 ) -> dict[str, tuple[dict[str, str], bytes]]:
     """Each configuration's environment and request body (`keys` and `tenants` send KEY)."""
@@ -148,7 +148,7 @@ def run(ns: argparse.Namespace) -> Result:
     quiet = wait_quiet(max_wait_s=ns.max_wait)
     work = scratch_dir()
     mock_port, redis_port = free_port(), free_port()
-    configs = _configs(work, mock_port, redis_port)
+    configs = configurations(work, mock_port, redis_port)
     bodies = {name: body_file(work, name, body) for name, (_, body) in configs.items()}
     cells: dict[str, list[float | None]] = {name: [] for name in ns.features}
     rps: dict[str, list[float]] = {name: [] for name in ns.features}

@@ -1,0 +1,171 @@
+"""The scenario `instructions`: what a feature adds to a proxied request in instructions,
+counted exactly where CPU time on a shared 2-core machine moves by several per cent between
+runs (bench/README.md, "Tenants, limits and budgets").
+
+Each configuration of the `features` scenario named in ``--features`` gets a gateway of its own
+under valgrind's callgrind, instrumentation off until the requests to count
+(`callgrind_control -i on`), in front of the Go mock. One keep-alive connection sends
+``--warmup`` chat requests (imports, caches, the upstream pool), then ``--requests`` counted
+ones, each answer read whole before the next. Reported: instructions and glibc `malloc` calls a
+request, each configuration's difference from the first, and the C functions whose own
+instructions differ most. User space only (system calls are not counted), and an instruction
+is not a fixed time; the interpreter's functions stand for the Python code they run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import gopeer
+from bench.features import FEATURES, KEY, configurations
+from bench.harness import Result, edgegw_env, free_port, scratch_dir
+
+
+def _request(body: bytes, key: bool) -> bytes:
+    head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    head += "Content-Type: application/json\r\n"
+    if key:
+        head += f"Authorization: Bearer {KEY}\r\n"
+    return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
+
+
+def _exchange(sock: socket.socket, data: bytes, n: int) -> None:
+    """`n` requests one after the other, each 200 answer read whole (Content-Length)."""
+    for _ in range(n):
+        sock.sendall(data)
+        buf = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("the gateway closed the connection")
+            buf += chunk
+            head, sep, rest = buf.partition(b"\r\n\r\n")
+            if not sep:
+                continue
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            if length is None or not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"not a whole 200 answer: {head[:200]!r}")
+            if len(rest) >= int(length[1]):
+                break
+
+
+def _costs(dump: Path) -> tuple[dict[str, int], int, int]:
+    """Each function's own instructions, the total, and the calls to malloc."""
+    out = subprocess.run(
+        ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    costs: dict[str, int] = collections.Counter()
+    total = 0
+    for line in out.splitlines():
+        m = re.match(r"\s*([\d,]+) \([^)]*\)\s+(.*)$", line)
+        if not m:
+            continue
+        name = re.sub(r"^/tmp/python-build[^:]*/", "", re.sub(r" \[[^\]]*\]$", "", m[2]))
+        n = int(m[1].replace(",", ""))
+        if "PROGRAM TOTALS" in name:
+            total = n
+        else:
+            costs[name] += n
+    mallocs, names, target = 0, {}, False
+    for line in dump.read_text().splitlines():
+        if m := re.match(r"c?fn=\((\d+)\)(?: (.*))?", line):
+            if m[2]:
+                names[m[1]] = m[2]
+            target = line.startswith("cfn=") and names.get(m[1]) == "malloc"
+        elif target and line.startswith("calls="):
+            mallocs += int(line[6:].split()[0])
+    return costs, total, mallocs
+
+
+def _count(binary: Path, name: str, ns: argparse.Namespace) -> Path:
+    """One configuration's gateway under callgrind: its dump of the counted requests."""
+    out = scratch_dir()
+    mock_port, port = free_port(), free_port()
+    env, body = configurations(out, mock_port, free_port())[name]
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                f"--callgrind-out-file={out}/callgrind.out.%p"]  # fmt: skip
+    full = {**os.environ, **edgegw_env(mock_port, 1, {**env, "PYTHONHASHSEED": "0"})}
+    with open(out / "valgrind.log", "w") as log:
+        mock = subprocess.Popen([str(binary), "mock", "--port", str(mock_port)],
+                                stdout=subprocess.DEVNULL)  # fmt: skip
+        gw = subprocess.Popen([*valgrind, sys.executable, "-m", "edgegw", "serve", "--port",
+                               str(port)], env=full, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), 1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or gw.poll() is not None:
+                    raise RuntimeError(f"the gateway did not start: {out}/valgrind.log") from None
+                time.sleep(0.5)
+        data = _request(body, name == "keys" or name.startswith("tenants"))
+        with sock:
+            _exchange(sock, data, ns.warmup)
+
+            def control(*args: str) -> None:
+                subprocess.run(["callgrind_control", *args, str(gw.pid)], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+
+            control("-i", "on")
+            control("--zero")
+            _exchange(sock, data, ns.requests)
+            control("--dump=counted")
+            control("-i", "off")
+    finally:
+        gw.terminate()
+        gw.wait(60)
+        mock.terminate()
+        mock.wait(10)
+    return max(out.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:]))
+
+
+def run(ns: argparse.Namespace) -> Result:
+    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+        raise SystemExit("instructions needs valgrind (Debian: valgrind)")
+    binary = gopeer.build()
+    n = ns.requests
+    per: dict[str, Any] = {}
+    base: tuple[dict[str, int], int] | None = None
+    for name in ns.features:
+        costs, total, mallocs = _costs(_count(binary, name, ns))
+        row: dict[str, Any] = {"instructions": round(total / n), "mallocs": round(mallocs / n, 1)}
+        if base is None:
+            base = (costs, total)
+        else:
+            row["added"] = round((total - base[1]) / n)
+            row["added_percent"] = round((total - base[1]) / base[1] * 100, 1)
+            diffs = sorted(
+                ((costs.get(k, 0) - base[0].get(k, 0)) / n, k) for k in {*costs, *base[0]}
+            )
+            row["most_added"] = [[round(d), k[:100]] for d, k in reversed(diffs[-ns.top :])]
+        per[name] = row
+        added = f", {row['added']:+,} ({row['added_percent']:+.1f} %)" if "added" in row else ""
+        print(f"  {name:16s} {row['instructions']:,} instructions a request{added}, "
+              f"{row['mallocs']} malloc calls", flush=True)  # fmt: skip
+        for d, k in row.get("most_added", [])[:8]:
+            print(f"      {d:+9,}  {k}")
+    return {"requests": n, "configurations": per}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--features", nargs="+", choices=[f for f in FEATURES if f != "tenants_redis"],
+                   default=["keys", "tenants"], help="the first is the reference")  # fmt: skip
+    p.add_argument("--requests", type=int, default=300, help="requests counted a configuration")
+    p.add_argument("--warmup", type=int, default=40, help="requests before counting")
+    p.add_argument("--top", type=int, default=12, help="functions listed a configuration")
+
+
+SMOKE = ["--features", "off", "keys", "--requests", "3", "--warmup", "2", "--top", "3"]
