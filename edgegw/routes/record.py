@@ -16,7 +16,6 @@ from edgegw.asgi import Call, Result
 from edgegw.errors import GatewayError
 from edgegw.gateway import Gateway
 from edgegw.tenants.admission import Ticket
-from edgegw.tenants.pricing import usd_text
 
 log = logging.getLogger("edgegw.app")
 
@@ -114,7 +113,7 @@ def record(
     outcome: Outcome | None,
     operation: str,
     stream: bool,
-    settled: tuple[int, int | None] | None = None,
+    settled: tuple[int, int | None, str | None] | None = None,
 ) -> None:
     """One ended generation request into its record (the access log's), its span and the
     metrics; `settled`: the tokens and cost its tenant was charged."""
@@ -123,7 +122,7 @@ def record(
         if outcome is None or outcome.first_chunk_at is None
         else outcome.first_chunk_at - started
     )
-    cost = None if settled is None or settled[1] is None else usd_text(settled[1])
+    cost = None if settled is None else settled[2]
     call.result = Result(provider, model, status, ttft_s if stream else None, cost)
     trace = call.trace
     caller = call.caller

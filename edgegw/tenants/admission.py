@@ -25,8 +25,8 @@ import trio
 from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, Headers, fail
 from edgegw.keyfile import Budget, Caller, Limits
-from edgegw.tenants.budgets import LiveKeys, Usage, period_end
-from edgegw.tenants.limits import Bucket, duration_text, need, reset_s, wait_s
+from edgegw.tenants.budgets import LiveKeys, Usage, period_end, period_keys
+from edgegw.tenants.limits import Bucket, duration_text, reset_s, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
 from edgegw.tenants.redis_link import RedisUnavailable
 from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits
@@ -152,7 +152,7 @@ class Tenancy:
                 fits = bucket.refill(rpm, now) >= 1.0 and fits
             if (tpm := limits.tpm) is not None:
                 bucket = holder.tokens = holder.tokens or Bucket(tpm, now)
-                fits = bucket.refill(tpm, now) >= need(tpm, estimate) and fits
+                fits = bucket.refill(tpm, now) >= min(estimate, tpm) and fits  # need()
             if limits.concurrency is not None and holder.active >= limits.concurrency:
                 fits = False
         if not fits:
@@ -220,9 +220,10 @@ class Tenancy:
     ) -> None:
         """429 `insufficient_quota` when a budget of the tenant or the key is spent."""
         now = self._wall()
+        keys, spent_in = period_keys(now), self.usage.spent_in
         for scope, held, who in zip(scopes, budgets, ("tenant", "key"), strict=True):
             for b in held:
-                if self.usage.spent(scope, b.unit, b.period, now) >= b.limit:
+                if spent_in(scope, b.unit != "tokens", keys[b.period]) >= b.limit:
                     raise _budget_refusal(who, b, now)
 
     def _holder(self, name: tuple[str, ...], who: str) -> _Holder:
@@ -331,10 +332,15 @@ def _kind_headers(
     if tightest is None:
         return ()
     level, limit = tightest
+    reset = reset_s(limit, level)
     return (
         (b"x-ratelimit-limit-" + name, b"%d" % limit),
-        (b"x-ratelimit-remaining-" + name, b"%d" % max(0, math.floor(level))),
-        (b"x-ratelimit-reset-" + name, duration_text(reset_s(limit, level)).encode()),
+        (b"x-ratelimit-remaining-" + name, b"%d" % level if level > 0 else b"0"),  # floored
+        # Under a second, as every answer of a lightly used limit has it: duration_text's.
+        (
+            b"x-ratelimit-reset-" + name,
+            b"%dms" % math.ceil(reset * 1000) if reset < 1.0 else duration_text(reset).encode(),
+        ),
     )
 
 
@@ -359,6 +365,7 @@ class Ticket:
         "headers",
         "shared",
         "_priced",
+        "_priced_text",
         "_open",
     )
 
@@ -382,19 +389,23 @@ class Ticket:
         # What Redis charged (edgegw.tenants.shared), settled there.
         self.shared: Admitted | None = None
         self._priced: tuple[dict[str, Any], int | None] | None = None
+        self._priced_text: str | None = None  # the cost header's, formatted once
         self._open = True
 
     def cost_headers(self, usage: dict[str, Any]) -> Headers:
         """`x-edgegw-cost-usd` for an answer's usage, when the model has a price."""
         nano = self._tenancy.prices.cost_nano(self.model, usage)
         self._priced = (usage, nano)  # the same answer's settle needs it again
-        return () if nano is None else ((b"x-edgegw-cost-usd", usd_text(nano).encode()),)
+        if nano is None:
+            return ()
+        self._priced_text = text = usd_text(nano)
+        return ((b"x-edgegw-cost-usd", text.encode()),)
 
-    def settle(self, outcome: Outcome | None) -> tuple[int, int | None]:
+    def settle(self, outcome: Outcome | None) -> tuple[int, int | None, str | None]:
         """Return the slot, charge the real usage instead of the estimate, and add it to the
-        budgets' usage: (tokens, cost in nano-USD or None without a price)."""
+        budgets' usage: (tokens, cost in nano-USD and as USD text, or None without a price)."""
         if not self._open:
-            return 0, None
+            return 0, None, None
         self._open = False
         used = used_tokens(outcome, self.prompt_tokens)
         for holder, limits in self._held:
@@ -410,17 +421,19 @@ class Ticket:
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": used - self.prompt_tokens,
             }
-        priced = self._priced
+        priced, text = self._priced, self._priced_text
         if priced is not None and priced[0] is usage:
             nano = priced[1]
         else:
-            nano = tenancy.prices.cost_nano(self.model, usage)
+            nano, text = tenancy.prices.cost_nano(self.model, usage), None
         if self.shared is not None and tenancy.shared is not None:
             back = self.estimate - used
             tenancy.shared.settle(self.shared, self._scopes, back, used, nano or 0, tenancy._wall())
         else:
             tenancy.usage.add(self._scopes, used, nano or 0)
-        return used, nano
+        if nano is not None and text is None:
+            text = usd_text(nano)
+        return used, nano, text
 
 
 def used_tokens(outcome: Outcome | None, prompt_tokens: int) -> int:

@@ -105,6 +105,11 @@ def period_key(period: str, now: float) -> str:
     return _day_keys(int(now // 86400))[period]
 
 
+def period_keys(now: float) -> dict[str, str]:
+    """Every period's key at `now`, by period."""
+    return _day_keys(int(now // 86400))
+
+
 @lru_cache(maxsize=4)
 def _day_keys(day: int) -> dict[str, str]:
     """The periods' keys of a UTC day (every request asks: formatting dates is slow)."""
@@ -167,8 +172,11 @@ class Usage:
         self._lock = trio.Lock()  # one worker thread at a time on the connection
 
     def spent(self, scope: str, unit: str, period: str, now: float) -> int:
-        i = 0 if unit == "tokens" else 1
-        found = self._totals.get((scope, period_key(period, now)))
+        return self.spent_in(scope, 0 if unit == "tokens" else 1, period_key(period, now))
+
+    def spent_in(self, scope: str, i: int, key: str) -> int:
+        """What `scope` spent in the period `key` (period_key's): tokens (i 0) or nano-USD (1)."""
+        found = self._totals.get((scope, key))
         added = self._added.get(scope)
         return (0 if found is None else found[i]) + (0 if added is None else added[i])
 

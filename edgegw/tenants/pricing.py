@@ -10,7 +10,7 @@ that no request waits for it). Cached tokens are charged at the input rate.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -24,12 +24,24 @@ OUTPUT_MEMBERS = ("completion_tokens", "output_tokens")
 MAX_CACHED = 4096
 
 
+# A request's cost is counted in femto-USD a token (10^-15: any price a table writes per
+# million tokens is whole there), in integers: Decimal arithmetic was half of its pricing.
+FEMTO_PER_NANO = 1_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per token."""
+    """USD per token, and the same in whole femto-USD."""
 
     input: Decimal
     output: Decimal
+    input_femto: int = field(init=False)
+    output_femto: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        scale = NANO_USD * FEMTO_PER_NANO
+        object.__setattr__(self, "input_femto", int(self.input * scale))
+        object.__setattr__(self, "output_femto", int(self.output * scale))
 
 
 class Prices:
@@ -64,7 +76,7 @@ class Prices:
         if price is None:
             return None
         inputs, outputs = _tokens(usage, INPUT_MEMBERS), _tokens(usage, OUTPUT_MEMBERS)
-        return int((inputs * price.input + outputs * price.output) * NANO_USD)
+        return (inputs * price.input_femto + outputs * price.output_femto) // FEMTO_PER_NANO
 
 
 def usd_text(nano: int) -> str:
