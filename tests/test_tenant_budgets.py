@@ -8,17 +8,21 @@ import hashlib
 import logging
 import sqlite3
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import openai
 import orjson
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
-from edgegw.keyfile import Budget, KeyFileError, parse_key_file
+from edgegw.keyfile import NANO_USD, Budget, KeyFileError, parse_key_file
 from edgegw.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings, SettingsError
 from edgegw.tenants.budgets import period_end, period_key
+from edgegw.tenants.pricing import Prices, usd_text
 
 from .conftest import (
     UPSTREAM_KEY,
@@ -125,6 +129,22 @@ def test_model_prices_setting() -> None:
 
 
 # -- cost per request ------------------------------------------------------------------------
+
+# Per-token prices as MODEL_PRICES and the community table give them: up to 15 decimals.
+PER_TOKEN = st.builds(lambda units, places: Decimal(units).scaleb(-places),
+                   st.integers(0, 10**8), st.integers(6, 15))  # fmt: skip
+
+
+@given(PER_TOKEN, PER_TOKEN, st.integers(0, 10**7), st.integers(0, 10**7))
+def test_a_cost_in_whole_femto_dollars_is_the_exact_decimal_one(
+    price_in: Decimal, price_out: Decimal, tokens_in: int, tokens_out: int
+) -> None:
+    usage = {"prompt_tokens": tokens_in, "completion_tokens": tokens_out}
+    exact = int((tokens_in * price_in + tokens_out * price_out) * NANO_USD)
+    assert Prices({"m": (price_in, price_out)}).cost_nano("m", usage) == exact
+    text = f"{Decimal(exact) / NANO_USD:f}"
+    plain = text.rstrip("0").rstrip(".") if "." in text else text
+    assert usd_text(exact) == (plain or "0")  # a free model's cost is "0", not ""
 
 
 async def test_what_a_request_cost_in_its_header_log_metrics_and_span(
