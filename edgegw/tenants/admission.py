@@ -26,7 +26,7 @@ from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, Headers, fail
 from edgegw.keyfile import Budget, Caller, Limits
 from edgegw.tenants.budgets import LiveKeys, Usage, period_end, period_keys
-from edgegw.tenants.limits import Bucket, duration_text, reset_s, wait_s
+from edgegw.tenants.limits import Bucket, duration_text, kind_headers, level_headers, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
 from edgegw.tenants.redis_link import RedisUnavailable
 from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits
@@ -172,7 +172,7 @@ class Tenancy:
                 if tokens is None or (charged.level, tpm) < tokens:
                     tokens = (charged.level, tpm)
             holder.active += 1
-        headers = _kind_headers(b"requests", requests) + _kind_headers(b"tokens", tokens)
+        headers = kind_headers(b"requests", requests) + kind_headers(b"tokens", tokens)
         return Ticket(self, model, scopes, limited, estimate, prompt_tokens, headers)
 
     async def _admit_shared(
@@ -195,7 +195,7 @@ class Tenancy:
             for k, kind, what in rows
             if kind in ("r", "t") and PREFIX + k in result.levels
         ]
-        headers = _level_headers(levels)
+        headers = level_headers(levels)
         if isinstance(result, Admitted):
             ticket = Ticket(self, model, scopes, [], estimate, prompt_tokens, headers)
             ticket.shared = result
@@ -312,36 +312,7 @@ def _headers(limited: list[tuple[_Holder, Limits]]) -> Headers:
             levels.append(("r", holder.requests.level, limits.rpm))
         if holder.tokens is not None and limits.tpm is not None:
             levels.append(("t", holder.tokens.level, limits.tpm))
-    return _level_headers(levels)
-
-
-def _level_headers(levels: list[tuple[str, float, int]]) -> Headers:
-    """The headers of the bucket with the least left, of each kind (r, t): its limit, what
-    remains, and the time until it is full."""
-    r = [(level, limit) for k, level, limit in levels if k == "r"]
-    t = [(level, limit) for k, level, limit in levels if k == "t"]
-    return _kind_headers(b"requests", min(r) if r else None) + _kind_headers(
-        b"tokens", min(t) if t else None
-    )
-
-
-def _kind_headers(
-    name: bytes, tightest: tuple[float, int] | None
-) -> tuple[tuple[bytes, bytes], ...]:
-    """x-ratelimit-limit-, -remaining- and -reset-`name` of a bucket (level, limit)."""
-    if tightest is None:
-        return ()
-    level, limit = tightest
-    reset = reset_s(limit, level)
-    return (
-        (b"x-ratelimit-limit-" + name, b"%d" % limit),
-        (b"x-ratelimit-remaining-" + name, b"%d" % level if level > 0 else b"0"),  # floored
-        # Under a second, as every answer of a lightly used limit has it: duration_text's.
-        (
-            b"x-ratelimit-reset-" + name,
-            b"%dms" % math.ceil(reset * 1000) if reset < 1.0 else duration_text(reset).encode(),
-        ),
-    )
+    return level_headers(levels)
 
 
 def _row_limit(kind: str, what: Limits | Budget) -> int:

@@ -61,3 +61,32 @@ def duration_text(seconds: float) -> str:
     if minutes:
         return f"{minutes}m{secs}s"
     return f"{secs}s"
+
+
+def level_headers(levels: list[tuple[str, float, int]]) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers of the bucket with the least left, of each kind (r, t): its limit, what
+    remains, and the time until it is full."""
+    r = [(level, limit) for k, level, limit in levels if k == "r"]
+    t = [(level, limit) for k, level, limit in levels if k == "t"]
+    return kind_headers(b"requests", min(r) if r else None) + kind_headers(
+        b"tokens", min(t) if t else None
+    )
+
+
+def kind_headers(
+    name: bytes, tightest: tuple[float, int] | None
+) -> tuple[tuple[bytes, bytes], ...]:
+    """x-ratelimit-limit-, -remaining- and -reset-`name` of a bucket (level, limit)."""
+    if tightest is None:
+        return ()
+    level, limit = tightest
+    reset = reset_s(limit, level)
+    return (
+        (b"x-ratelimit-limit-" + name, b"%d" % limit),
+        (b"x-ratelimit-remaining-" + name, b"%d" % level if level > 0 else b"0"),  # floored
+        # Under a second, as every answer of a lightly used limit has it: duration_text's.
+        (
+            b"x-ratelimit-reset-" + name,
+            b"%dms" % math.ceil(reset * 1000) if reset < 1.0 else duration_text(reset).encode(),
+        ),
+    )
