@@ -29,7 +29,7 @@ from edgegw.tenants.budgets import LiveKeys, Usage, period_end, period_keys
 from edgegw.tenants.limits import Bucket, duration_text, kind_headers, level_headers, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
 from edgegw.tenants.redis_link import RedisUnavailable
-from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits
+from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits, row_limit
 
 log = logging.getLogger("edgegw.tenants")
 
@@ -191,7 +191,7 @@ class Tenancy:
         now = self._wall()
         result, rows = await self.shared.admit(caller, estimate, now)
         levels = [
-            (kind, result.levels[PREFIX + k], _row_limit(kind, what))
+            (kind, result.levels[PREFIX + k], row_limit(kind, what))
             for k, kind, what in rows
             if kind in ("r", "t") and PREFIX + k in result.levels
         ]
@@ -208,10 +208,10 @@ class Tenancy:
         if isinstance(what, Budget):
             raise _budget_refusal(who, what, now)
         if result.kind == "c":
-            error = _concurrency_refusal(who, _row_limit("c", what))
+            error = _concurrency_refusal(who, row_limit("c", what))
         else:
             error = _rate_refusal(
-                who, result.kind, _row_limit(result.kind, what), result.wait_s, estimate
+                who, result.kind, row_limit(result.kind, what), result.wait_s, estimate
             )
         raise error.replace(more_headers=(*_retry_headers(result.wait_s), *headers))
 
@@ -313,14 +313,6 @@ def _headers(limited: list[tuple[_Holder, Limits]]) -> Headers:
         if holder.tokens is not None and limits.tpm is not None:
             levels.append(("t", holder.tokens.level, limits.tpm))
     return level_headers(levels)
-
-
-def _row_limit(kind: str, what: Limits | Budget) -> int:
-    if isinstance(what, Budget):
-        return what.limit
-    value = {"r": what.rpm, "t": what.tpm, "c": what.concurrency}[kind]
-    assert value is not None
-    return value
 
 
 class Ticket:

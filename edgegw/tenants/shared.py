@@ -175,7 +175,7 @@ class SharedLimits:
         keys = [PREFIX + key for key, _, _ in rows]
         args: list[str | int] = [estimate, lease := secrets.token_hex(8), CONCURRENCY_LEASE_S]
         for _, kind, what in rows:
-            args += [kind, _limit(kind, what)]
+            args += [kind, row_limit(kind, what)]
         try:
             reply = await self.link.evalsha(ADMIT, keys, args)
         except RedisReplyError as e:
@@ -186,7 +186,7 @@ class SharedLimits:
         if kind != "ok":
             return Refused(kind, keys[int(at) - 1], float(wait), levels), rows
         buckets = [
-            (PREFIX + key, _limit(k, what)) for key, k, what in rows if k == "t"
+            (PREFIX + key, row_limit(k, what)) for key, k, what in rows if k == "t"
         ]  # only tokens are settled
         in_flight = [PREFIX + key for key, k, _ in rows if k == "c"]
         return Admitted(lease, buckets, in_flight, levels), rows
@@ -312,7 +312,8 @@ def _rows(caller: Caller, now: float) -> list[tuple[str, str, Limits | Budget]]:
     return out
 
 
-def _limit(kind: str, what: Limits | Budget) -> int:
+def row_limit(kind: str, what: Limits | Budget) -> int:
+    """The limit a row of kind `kind` (r, t, c; a budget's) holds."""
     if isinstance(what, Budget):
         return what.limit
     value = {"r": what.rpm, "t": what.tpm, "c": what.concurrency}[kind]
