@@ -6,10 +6,11 @@ Each configuration of the `features` scenario named in ``--features`` gets a gat
 under valgrind's callgrind, instrumentation off until the requests to count
 (`callgrind_control -i on`), in front of the Go mock. One keep-alive connection sends
 ``--warmup`` chat requests (imports, caches, the upstream pool), then ``--requests`` counted
-ones, each answer read whole before the next. Reported: instructions and glibc `malloc` calls a
-request, each configuration's difference from the first, and the C functions whose own
-instructions differ most. User space only (system calls are not counted), and an instruction
-is not a fixed time; the interpreter's functions stand for the Python code they run.
+ones, each answer read whole before the next. Reported: instructions, glibc `malloc` calls and
+calls into the Rust core (Python-to-Rust crossings) a request, each configuration's difference
+from the first, and the C functions whose own instructions differ most. User space only
+(system calls are not counted), and an instruction is not a fixed time; the interpreter's
+functions stand for the Python code they run.
 """
 
 from __future__ import annotations
@@ -59,8 +60,13 @@ def _exchange(sock: socket.socket, data: bytes, n: int) -> None:
                 break
 
 
-def _costs(dump: Path) -> tuple[dict[str, int], int, int]:
-    """Each function's own instructions, the total, and the calls to malloc."""
+# PyO3's entry for every call of a function or method of edgegw._core: a Python-to-Rust
+# crossing (object deallocations take `trampoline_unraisable`, not counted).
+CROSSING = "pyo3::impl_::trampoline::trampoline"
+
+
+def _costs(dump: Path) -> tuple[dict[str, int], int, dict[str, int]]:
+    """Each function's own instructions, the total, and the calls to malloc and CROSSING."""
     out = subprocess.run(
         ["callgrind_annotate", "--inclusive=no", "--threshold=100", str(dump)],
         capture_output=True, text=True, check=True,
@@ -77,15 +83,17 @@ def _costs(dump: Path) -> tuple[dict[str, int], int, int]:
             total = n
         else:
             costs[name] += n
-    mallocs, names, target = 0, {}, False
+    calls = {"malloc": 0, CROSSING: 0}
+    names: dict[str, str] = {}
+    target: str | None = None
     for line in dump.read_text().splitlines():
-        if m := re.match(r"c?fn=\((\d+)\)(?: (.*))?", line):
-            if m[2]:
-                names[m[1]] = m[2]
-            target = line.startswith("cfn=") and names.get(m[1]) == "malloc"
-        elif target and line.startswith("calls="):
-            mallocs += int(line[6:].split()[0])
-    return costs, total, mallocs
+        if m := re.match(r"(c?fn)=\((\d+)\)(?: (.*))?", line):
+            if m[3]:
+                names[m[2]] = m[3].strip()
+            target = names.get(m[2]) if m[1] == "cfn" else None
+        elif target in calls and line.startswith("calls="):
+            calls[target] += int(line[6:].split()[0])
+    return costs, total, calls
 
 
 def _count(binary: Path, name: str, ns: argparse.Namespace) -> Path:
@@ -140,8 +148,12 @@ def run(ns: argparse.Namespace) -> Result:
     per: dict[str, Any] = {}
     base: tuple[dict[str, int], int] | None = None
     for name in ns.features:
-        costs, total, mallocs = _costs(_count(binary, name, ns))
-        row: dict[str, Any] = {"instructions": round(total / n), "mallocs": round(mallocs / n, 1)}
+        costs, total, calls = _costs(_count(binary, name, ns))
+        row: dict[str, Any] = {
+            "instructions": round(total / n),
+            "mallocs": round(calls["malloc"] / n, 1),
+            "crossings": round(calls[CROSSING] / n, 1),
+        }
         if base is None:
             base = (costs, total)
         else:
@@ -154,7 +166,8 @@ def run(ns: argparse.Namespace) -> Result:
         per[name] = row
         added = f", {row['added']:+,} ({row['added_percent']:+.1f} %)" if "added" in row else ""
         print(f"  {name:16s} {row['instructions']:,} instructions a request{added}, "
-              f"{row['mallocs']} malloc calls", flush=True)  # fmt: skip
+              f"{row['mallocs']} malloc calls, {row['crossings']} calls into the Rust core",
+              flush=True)  # fmt: skip
         for d, k in row.get("most_added", [])[:8]:
             print(f"      {d:+9,}  {k}")
     return {"requests": n, "configurations": per}
