@@ -29,7 +29,9 @@ from typing import Any
 
 from bench import gopeer
 from bench.features import FEATURES, KEY, configurations
-from bench.harness import Result, edgegw_env, free_port, scratch_dir
+from bench.harness import Result, edgegw_env, free_port, scratch_dir, streaming
+
+STREAM_TOKENS = 50  # the streams/s @16 cell's: 51 events an answer
 
 
 def _request(body: bytes, key: bool) -> bytes:
@@ -40,8 +42,10 @@ def _request(body: bytes, key: bool) -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
-def _exchange(sock: socket.socket, data: bytes, n: int) -> None:
-    """`n` requests one after the other, each 200 answer read whole (Content-Length)."""
+def _exchange(sock: socket.socket, data: bytes, n: int) -> int:
+    """`n` requests one after the other, each 200 answer read whole (Content-Length, or a
+    chunked stream to its last chunk); the SSE events of the last answer."""
+    events = 0
     for _ in range(n):
         sock.sendall(data)
         buf = b""
@@ -53,11 +57,15 @@ def _exchange(sock: socket.socket, data: bytes, n: int) -> None:
             head, sep, rest = buf.partition(b"\r\n\r\n")
             if not sep:
                 continue
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"not a 200 answer: {head[:200]!r}")
             length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
-            if length is None or not head.startswith(b"HTTP/1.1 200"):
-                raise RuntimeError(f"not a whole 200 answer: {head[:200]!r}")
-            if len(rest) >= int(length[1]):
+            if length is not None and len(rest) >= int(length[1]):
                 break
+            if length is None and rest.endswith(b"\r\n0\r\n\r\n"):
+                break
+        events = rest.count(b"data: ")
+    return events
 
 
 # PyO3's entry for every call of a function or method of edgegw._core: a Python-to-Rust
@@ -96,16 +104,24 @@ def _costs(dump: Path) -> tuple[dict[str, int], int, dict[str, int]]:
     return costs, total, calls
 
 
-def _count(binary: Path, name: str, ns: argparse.Namespace) -> Path:
-    """One configuration's gateway under callgrind: its dump of the counted requests."""
+def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, int]:
+    """One configuration's gateway under callgrind: its dump of the counted requests, and the
+    events an answer held."""
     out = scratch_dir()
     mock_port, port = free_port(), free_port()
     env, body = configurations(out, mock_port, free_port())[name]
+    if ns.stream:
+        body = streaming(body, STREAM_TOKENS)
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                 f"--callgrind-out-file={out}/callgrind.out.%p"]  # fmt: skip
     full = {**os.environ, **edgegw_env(mock_port, 1, {**env, "PYTHONHASHSEED": "0"})}
     with open(out / "valgrind.log", "w") as log:
-        mock = subprocess.Popen([str(binary), "mock", "--port", str(mock_port)],
+        tokens = (
+            ["--tokens", str(STREAM_TOKENS), "--token-rate", str(ns.token_rate)]
+            if ns.stream
+            else []
+        )
+        mock = subprocess.Popen([str(binary), "mock", "--port", str(mock_port), *tokens],
                                 stdout=subprocess.DEVNULL)  # fmt: skip
         gw = subprocess.Popen([*valgrind, sys.executable, "-m", "edgegw", "serve", "--port",
                                str(port)], env=full, stdout=subprocess.DEVNULL, stderr=log)  # fmt: skip
@@ -129,7 +145,7 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> Path:
 
             control("-i", "on")
             control("--zero")
-            _exchange(sock, data, ns.requests)
+            events = _exchange(sock, data, ns.requests)
             control("--dump=counted")
             control("-i", "off")
     finally:
@@ -137,7 +153,7 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> Path:
         gw.wait(60)
         mock.terminate()
         mock.wait(10)
-    return max(out.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:]))
+    return max(out.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:])), events
 
 
 def run(ns: argparse.Namespace) -> Result:
@@ -148,9 +164,11 @@ def run(ns: argparse.Namespace) -> Result:
     per: dict[str, Any] = {}
     base: tuple[dict[str, int], int] | None = None
     for name in ns.features:
-        costs, total, calls = _costs(_count(binary, name, ns))
+        dump, events = _count(binary, name, ns)
+        costs, total, calls = _costs(dump)
         row: dict[str, Any] = {
             "instructions": round(total / n),
+            "events": events,
             "mallocs": round(calls["malloc"] / n, 1),
             "crossings": round(calls[CROSSING] / n, 1),
         }
@@ -163,11 +181,14 @@ def run(ns: argparse.Namespace) -> Result:
                 ((costs.get(k, 0) - base[0].get(k, 0)) / n, k) for k in {*costs, *base[0]}
             )
             row["most_added"] = [[round(d), k[:100]] for d, k in reversed(diffs[-ns.top :])]
+        if ns.stream:
+            row["instructions_per_event"] = round(total / n / max(1, events))
         per[name] = row
         added = f", {row['added']:+,} ({row['added_percent']:+.1f} %)" if "added" in row else ""
         print(f"  {name:16s} {row['instructions']:,} instructions a request{added}, "
-              f"{row['mallocs']} malloc calls, {row['crossings']} calls into the Rust core",
-              flush=True)  # fmt: skip
+              f"{row['mallocs']} malloc calls, {row['crossings']} calls into the Rust core"
+              + (f"; {events} events, {row['instructions_per_event']:,} instructions an event"
+                 if ns.stream else ""), flush=True)  # fmt: skip
         for d, k in row.get("most_added", [])[:8]:
             print(f"      {d:+9,}  {k}")
     return {"requests": n, "configurations": per}
@@ -179,6 +200,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=300, help="requests counted a configuration")
     p.add_argument("--warmup", type=int, default=40, help="requests before counting")
     p.add_argument("--top", type=int, default=12, help="functions listed a configuration")
+    p.add_argument("--stream", action="store_true",
+                   help=f"streamed answers of {STREAM_TOKENS} tokens: also instructions an event")  # fmt: skip
+    p.add_argument("--token-rate", type=float, default=0.0,
+                   help="with --stream: the mock's tokens a second (0: unpaced; paced, each event "
+                        "is a wake-up of its own, as a model's are)")  # fmt: skip
 
 
 SMOKE = ["--features", "off", "keys", "--requests", "3", "--warmup", "2", "--top", "3"]
