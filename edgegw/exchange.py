@@ -173,6 +173,8 @@ class Exchanges:
     budget: BufferBudget
     # UPSTREAM_RETRY_*: how a request whose `retry` allows it is sent again.
     retry: RetryPolicy = NO_RETRY
+    # The longest a relayed stream's write to the client may block (edgegw.pump's `write_s`).
+    write_timeout_s: float = math.inf
 
     async def send(self, call: Call, up: UpstreamRequest) -> Response:
         """The request sent, and sent again as `up.retry` and the policy allow; each attempt
@@ -314,7 +316,7 @@ class Exchanges:
                 ex.scope.deadline = math.inf  # from here on only silence is bounded
                 await start(resp)
                 try:
-                    await pump(resp, sink, self.idle_timeout_s)
+                    await pump(resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s)
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")

@@ -106,6 +106,10 @@ def build_gateway(
             max_response_bytes=settings.max_response_bytes,
             budget=BufferBudget(settings.response_buffer_budget_bytes),
             retry=retry,
+            # A relayed stream's write blocks at most this long before the connection layer
+            # gives the client up, a stream check's external call on top (edgegw.pump).
+            write_timeout_s=settings.write_stall_timeout_s
+            + (settings.guardrails.external_timeout_s if settings.guardrails.enabled else 0.0),
         ),
         resolver=Resolver(settings, targets, fleet.models),
         fleet=fleet,

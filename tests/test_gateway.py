@@ -285,6 +285,39 @@ async def test_stalled_stream_ends_with_error_event(
     assert orjson.loads(events[-1])["error"]["code"] == "upstream_timeout"
 
 
+@pytest.mark.parametrize(("rate", "stalls"), [(2, True), (10, False)])
+async def test_a_stream_deadline_kept_through_the_writes_still_bounds_silence(
+    nursery: trio.Nursery,
+    mock: MockUpstream,
+    autojump_clock: trio.testing.MockClock,
+    rate: int,
+    stalls: bool,
+) -> None:
+    # A blocked write gives up first (SERVER_WRITE_STALL_TIMEOUT under the idle bound): the
+    # pump keeps one deadline through the writes, moved at most every 50 ms (edgegw.pump).
+    env = upstream_env(mock, UPSTREAM_IDLE_TIMEOUT="200ms", SERVER_WRITE_STALL_TIMEOUT="100ms")
+    gw = await start_gateway(nursery, env)
+    mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=rate, tokens=10)
+    resp = await request(
+        gw.port,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({"model": "openai/m", "messages": MESSAGES, "stream": True}),
+    )
+    events = sse_data(resp.body)
+    if stalls:  # 500 ms between tokens
+        assert b"[DONE]" not in events
+        assert orjson.loads(events[-1])["error"]["code"] == "upstream_timeout"
+    else:  # 100 ms between tokens: ten of them, each within the bound
+        assert events[-1] == b"[DONE]"
+        text = "".join(
+            orjson.loads(e)["choices"][0]["delta"].get("content") or ""
+            for e in events[:-1]
+            if orjson.loads(e).get("choices")
+        )
+        assert len(text.split()) == 10
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body", "status", "code"),
     [
