@@ -95,7 +95,8 @@ async def pump(
     # (write_s <= idle_s + slack) the deadline stays set through the writes and moves only
     # when less than idle_s is left, at most every `slack`: a silence then fails the stream
     # after idle_s to idle_s + slack. Setting it twice an event was 17 % of a paced event's
-    # instructions (bench/README.md). Otherwise it bounds the reads alone, set before each.
+    # instructions (bench/README.md). (A write still draining, slowly, past that deadline
+    # ends the stream as a silence.) Otherwise it bounds the reads alone, set before each.
     slack = min(1.0, idle_s / 4)
     lazy = write_s <= idle_s + slack
     held_s = max(idle_s, write_s)  # what a write must have left when it starts
