@@ -533,5 +533,6 @@ async def test_hashed_keys_alone_count_as_client_authentication_at_start(
     async with gateway_process(env, stderr=subprocess.PIPE) as (proc, _):
         pass
     assert proc.stderr is not None
-    stderr = (await proc.stderr.receive_some(1 << 20)).decode()
+    async with proc.stderr:
+        stderr = (await proc.stderr.receive_some(1 << 20)).decode()
     assert "no client authentication" not in stderr
