@@ -122,7 +122,7 @@ class _Connection:
         """The next bytes the upstream sent (b"" at its end). A plain connection's socket is
         read directly, as the server's own connections are (edgegw.http1.wire): at once, and
         once readable when nothing was there. trio's `receive_some` does the same through a
-        conflict detector, an async context manager and its exception, a fifth of a paced
+        conflict detector, an async context manager and its exception, a sixth of a paced
         stream's relayed event (bench/README.md)."""
         if not self.plain:
             return await self.stream.receive_some(most)
