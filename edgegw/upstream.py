@@ -110,44 +110,33 @@ class _Host:
 
 
 class _Connection:
-    __slots__ = ("stream", "sock", "host", "plain", "waits")
+    __slots__ = ("stream", "sock", "host", "plain")
 
     def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType, host: _Host) -> None:
         self.stream = stream
         self.sock = sock
         self.host = host
         self.plain = isinstance(stream, trio.SocketStream)  # not TLS: the socket is read as is
-        self.waits = True  # reads here find nothing yet: wait before reading
 
     async def receive(self, most: int) -> bytes | bytearray:
         """The next bytes the upstream sent (b"" at its end). A plain connection's socket is
-        read directly, as the server's own connections are (edgegw.http1.wire): once readable
-        while its reads have had to wait (a paced stream's next event is never there yet),
-        else at once, waiting only when nothing was there. trio's `receive_some` always tries
-        first, through a conflict detector, an async context manager and, each paced event,
-        a BlockingIOError: a fifth of such an event's instructions (bench/README.md)."""
+        read directly, as the server's own connections are (edgegw.http1.wire): at once, and
+        once readable when nothing was there. trio's `receive_some` does the same through a
+        conflict detector, an async context manager and its exception, a sixth of a paced
+        stream's relayed event (bench/README.md)."""
         if not self.plain:
             return await self.stream.receive_some(most)
-        fd = self.sock.fileno()
-        if self.waits:
-            await trio.lowlevel.wait_readable(self.sock)  # the checkpoint
-        else:
-            try:
-                data = os.read(fd, most)  # recv(2), for a socket
-            except BlockingIOError:
-                self.waits = True
-                await trio.lowlevel.wait_readable(self.sock)
-            else:
-                await trio.lowlevel.checkpoint()  # data was waiting: let the others run first
-                return data
-        while True:
-            try:
-                data = os.read(fd, most)
-            except BlockingIOError:  # a spurious wake-up
-                await trio.lowlevel.wait_readable(self.sock)
-                continue
-            self.waits = len(data) < most  # a full read: more is likely there already
-            return data
+        try:
+            data = os.read(self.sock.fileno(), most)  # recv(2), for a socket
+        except BlockingIOError:
+            while True:
+                await trio.lowlevel.wait_readable(self.sock)  # the checkpoint
+                try:
+                    return os.read(self.sock.fileno(), most)
+                except BlockingIOError:  # a spurious wake-up
+                    continue
+        await trio.lowlevel.checkpoint()  # data was waiting: let the others run first
+        return data
 
     def looks_alive(self) -> bool:
         """An idle keep-alive connection must have nothing to read: readable means the
