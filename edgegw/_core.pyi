@@ -50,6 +50,13 @@ __all__ = [
     "TRACE_MAX_EVENTS",
     "TRACE_MAX_CONTENT_CHARS",
     "TRACE_MAX_ATTRIBUTE_CHARS",
+    "Ledger",
+    "rate_limit_headers",
+    "duration_text",
+    "CONCURRENCY_RETRY_S",
+    "response_head",
+    "http_date",
+    "imf_fixdate",
 ]
 
 MAX_JSON_DEPTH: int
@@ -277,6 +284,48 @@ def screen_request_head(head: bytes | bytearray, max_bytes: int) -> HeadInfo: ..
 # Every code RequestError and UpstreamProtocolError carry, with the status each is answered
 # with (an upstream's fault: 502), sorted by code (rust/src/error.rs `all_codes`).
 def error_codes() -> list[tuple[str, int]]: ...
+
+# The head of a response to the client (rust/src/respond.rs): (head, framing 0 length,
+# 1 chunked, 2 to the close, 3 none; Content-Length; keep-alive). RuntimeError for a header
+# the server will not send (CR, LF or NUL; Transfer-Encoding; a Content-Length not a count).
+def response_head(
+    status: int,
+    reason: bytes,
+    headers: Any,
+    http11: bool,
+    head_request: bool,
+    keep_alive: bool,
+) -> tuple[bytes, int, int | None, bool]: ...
+def http_date() -> bytes: ...
+def imf_fixdate(unix: int) -> bytes: ...
+
+# Tenants' rate limits in one process (rust/src/limits.rs). Headers: OpenAI's x-ratelimit-*
+# (limit, remaining, reset) of the tightest requests and tokens buckets.
+_RateHeaders = tuple[tuple[bytes, bytes], ...]
+
+@final
+class Ledger:
+    def __new__(cls) -> Self: ...
+    # Charged: (headers, rows held as bits: 1 tenant, 2 key, None); refused, nothing charged:
+    # (headers, 0, (row 0 tenant / 1 key, kind "r" | "t" | "c", limit, its wait s, longest s)).
+    def admit(
+        self,
+        tenant: str,
+        tenant_limits: object,
+        key: str,
+        key_limits: object,
+        estimate: int,
+        now: float,
+    ) -> tuple[_RateHeaders, int, tuple[int, str, int, float, float] | None]: ...
+    def settle(self, tenant: str, key: str, held: int, estimate: int, used: int) -> None: ...
+    def levels(self, name: str) -> tuple[float | None, float | None, int] | None: ...
+
+def rate_limit_headers(
+    requests: tuple[float, int] | None, tokens: tuple[float, int] | None
+) -> _RateHeaders: ...
+def duration_text(seconds: float) -> str: ...
+
+CONCURRENCY_RETRY_S: float
 
 # Guardrails (rust/src/guard.rs).
 class PolicyError(ValueError):

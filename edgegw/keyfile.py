@@ -243,7 +243,8 @@ def _common(
     for unit in ("tokens", "usd"):
         if (value := attrs.pop(f"budget_{unit}", None)) is not None:
             budgets.append(_budget(where, unit, value))
-    return scope, expires, Limits(**limits), tuple(budgets)
+    # NO_LIMITS itself, so admission tells a record without limits by identity.
+    return scope, expires, Limits(**limits) if limits else NO_LIMITS, tuple(budgets)
 
 
 def _budget(where: str, unit: str, text: str) -> Budget:

@@ -23,10 +23,10 @@ import trio
 import trio.testing
 import trustme
 
+from edgegw._core import imf_fixdate
 from edgegw.http1.limits import DEFAULT_LIMITS, ConnectionLimits
 from edgegw.http1.server import open_listener, serve_http1
 from edgegw.http1.tls import server_context
-from edgegw.http1.wire import imf_fixdate
 from edgegw.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
@@ -782,5 +782,5 @@ async def test_hypercorn_is_still_available(nursery: trio.Nursery, mock: MockUps
 
 @pytest.mark.parametrize("now", [0, 951_782_400, 1_796_000_000, 4_102_444_799])
 def test_the_date_header_is_rfc_9110s_imf_fixdate(now: int) -> None:
-    # email.utils' formatdate as the reference (edgegw formats it by hand).
+    # email.utils' formatdate as the reference (the core formats it by hand).
     assert imf_fixdate(now) == formatdate(now, usegmt=True).encode()

@@ -18,10 +18,10 @@ import pytest
 import trio
 import trio.testing
 
+from edgegw._core import duration_text
 from edgegw.keyfile import KeyFileError, Limits, Scope, parse_key_file, plain_key_name
 from edgegw.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings, SettingsError
-from edgegw.tenants.limits import duration_text
 
 from .conftest import (
     UPSTREAM_KEY,

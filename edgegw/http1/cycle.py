@@ -30,10 +30,9 @@ from urllib.parse import unquote
 
 import trio
 
-from edgegw._core import HeadInfo, RequestBody, RequestError
+from edgegw._core import HeadInfo, RequestBody, RequestError, response_head
 from edgegw.http1.limits import ConnectionLimits
-from edgegw.http1.wire import Wire, http_date, response_head
-from edgegw.octets import CR, LF, NUL
+from edgegw.http1.wire import REASONS, Wire
 
 log = logging.getLogger("edgegw.http1")
 
@@ -76,6 +75,10 @@ class Framing(enum.Enum):
     CHUNKED = "chunked"
     CLOSE = "close"  # to an HTTP/1.0 client without a Content-Length
     NONE = "none"  # HEAD, 204, 304
+
+
+# The core's framing numbers (rust/src/respond.rs `Framing`).
+_FRAMINGS = (Framing.LENGTH, Framing.CHUNKED, Framing.CLOSE, Framing.NONE)
 
 
 class Cycle:
@@ -330,40 +333,18 @@ class Cycle:
             if self.response is not ResponseState.PENDING:
                 raise RuntimeError("http.response.start sent twice")
             status = message["status"]
-            headers = [*message.get("headers", ())]
-            length = None
-            dated = False
-            for name, value in headers:
-                if LF in value or CR in value or NUL in value or LF in name:
-                    raise RuntimeError("a response header with CR, LF or NUL")
-                lower = name.lower()
-                if lower == b"content-length":
-                    length = int(value)
-                elif lower == b"date":
-                    dated = True
-                elif lower == b"connection" and _has_close(value):
-                    self.keep_alive = False
-                elif lower == b"transfer-encoding":
-                    raise RuntimeError("the server frames the response, not the app")
-            if not dated:
-                headers.append((b"date", http_date()))
-            if self.is_head or status in (204, 304):
-                self.framing = Framing.NONE
-            elif length is not None:
-                self.framing = Framing.LENGTH
-                self.remaining = length
-            elif self.scope["http_version"] == "1.1":
-                self.framing = Framing.CHUNKED
-                headers.append((b"transfer-encoding", b"chunked"))
-            else:
-                self.framing = Framing.CLOSE  # HTTP/1.0: the body ends where the connection does
-                self.keep_alive = False
-            if not self.body_done or self.host.draining:
-                self.keep_alive = False
-            if not self.keep_alive:
-                headers.append((b"connection", b"close"))
-            head = response_head(status, headers)
+            # Checked, scanned for the framing and written by the core (rust/src/respond.rs).
+            head, framed, length, self.keep_alive = response_head(
+                status,
+                REASONS.get(status, b""),
+                message.get("headers", ()),
+                self.scope["http_version"] == "1.1",
+                self.is_head,
+                self.keep_alive and self.body_done and not self.host.draining,
+            )
+            self.framing = _FRAMINGS[framed]
             if length is not None:
+                self.remaining = length
                 self.held = head
                 self.response = ResponseState.HEAD_HELD
             else:

@@ -14,46 +14,15 @@ that would destroy the answer in flight.
 from __future__ import annotations
 
 import socket
-import time
 from http import HTTPStatus
 
 import trio
 
+from edgegw._core import http_date
 from edgegw.errors import default_type, envelope
 from edgegw.http1.limits import LINGER_MAX_BYTES, LINGER_S, READ_SIZE
 
 REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
-_date = [0, b""]
-
-
-_DAYS = (b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun")
-_MONTHS = (b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec")  # fmt: skip
-
-
-def imf_fixdate(now: int) -> bytes:
-    """RFC 9110's IMF-fixdate of a Unix time; by hand, as email.utils' formatdate would
-    import the email package into every start."""
-    t = time.gmtime(now)
-    return b"%s, %02d %s %04d %02d:%02d:%02d GMT" % (
-        _DAYS[t.tm_wday], t.tm_mday, _MONTHS[t.tm_mon - 1], t.tm_year, t.tm_hour, t.tm_min, t.tm_sec
-    )  # fmt: skip
-
-
-def http_date() -> bytes:
-    """The Date header value, formatted once a second."""
-    now = int(time.time())
-    if _date[0] != now:
-        _date[1] = imf_fixdate(now)
-        _date[0] = now
-    return _date[1]  # type: ignore[return-value]
-
-
-def response_head(status: int, headers: list[tuple[bytes, bytes]]) -> bytes:
-    """The status line and header block (already checked: no CR, LF or NUL in them)."""
-    lines = [b"HTTP/1.1 %d %s" % (status, REASONS.get(status, b""))]
-    lines += [name + b": " + value for name, value in headers]
-    lines.append(b"\r\n")
-    return b"\r\n".join(lines)
 
 
 def error_response(status: int, code: str, message: str) -> bytes:

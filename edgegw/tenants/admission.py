@@ -17,47 +17,33 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
 
+from edgegw._core import Ledger, duration_text, rate_limit_headers
 from edgegw.answer import Outcome
 from edgegw.errors import GatewayError, Headers, fail
-from edgegw.keyfile import Budget, Caller, Limits
+from edgegw.keyfile import NO_LIMITS, Budget, Caller
 from edgegw.tenants.budgets import LiveKeys, Usage, period_end, period_keys
-from edgegw.tenants.limits import Bucket, duration_text, kind_headers, level_headers, wait_s
 from edgegw.tenants.pricing import Prices, usd_text
 from edgegw.tenants.redis_link import RedisUnavailable
 from edgegw.tenants.shared import PREFIX, Admitted, SharedLimits, row_limit
 
 log = logging.getLogger("edgegw.tenants")
 
-# A concurrency refusal cannot know when a slot frees: retry after this.
-CONCURRENCY_RETRY_S = 1
-
-
-class _Holder:
-    """One tenant's or key's counters in this process."""
-
-    __slots__ = ("requests", "tokens", "active", "who")
-
-    def __init__(self, who: str) -> None:
-        self.who = who  # `tenant <name>` or `key <name>`, for refusals
-        self.requests: Bucket | None = None
-        self.tokens: Bucket | None = None
-        self.active = 0
-
 
 class Tenancy:
-    """This process's tenant counters, by tenant and by key (their limits are read from the
-    caller's records at each request, so a re-read key file applies at once)."""
+    """This process's tenant counters, by tenant and by key, in the core's `Ledger` (their
+    limits are read from the caller's records at each request, so a re-read key file applies
+    at once)."""
 
     def __init__(
         self,
         usage: Usage,
         prices: Prices,
-        clock: Callable[[], float] = trio.current_time,
+        clock: Callable[[], float] | None = None,
         wall: Callable[[], float] = time.time,
         shared: SharedLimits | None = None,
         limits_fail: str = "local",
@@ -69,9 +55,11 @@ class Tenancy:
         self.shared = shared
         self.limits_fail = limits_fail
         self.budgets_fail = budgets_fail
-        self._clock = clock  # the limits' (monotonic; MockClock in tests)
+        # The limits' (monotonic): None, the run's clock (MockClock in tests), bound at the
+        # first request (trio.current_time would be four Python calls a request).
+        self._clock = clock
         self._wall = wall  # the budgets' calendar
-        self._holders: dict[tuple[str, ...], _Holder] = {}
+        self._ledger = Ledger()  # the limits' counters, by tenant and by key
 
     async def admit(
         self, caller: Caller, model: str, prompt_tokens: int, max_tokens: int
@@ -98,7 +86,7 @@ class Tenancy:
             if self.limits_fail == "closed" and (tenant.limits or key.limits):
                 raise _store_unavailable() from None
             if self.limits_fail == "open":
-                return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
+                return Ticket(self, model, scopes, 0, estimate, prompt_tokens, ())
             # This process's own limits, as a stop-gap (budgets: skipped, or refused above).
             return self._admit_here(caller, model, scopes, prompt_tokens, estimate, False)
 
@@ -128,52 +116,36 @@ class Tenancy:
         estimate: int,
         budgets: bool,
     ) -> Ticket:
-        """In this process: the budgets (from the usage it counts) and its token buckets,
-        refilled, checked and charged in one pass (a refusal is worked out again, slowly)."""
+        """In this process: the budgets (from the usage it counts), then the ledger's token
+        buckets, refilled, checked and charged in one call into the core."""
         tenant, key = caller.tenant, caller.key
         if budgets and (tenant.budgets or key.budgets):
-            self._check_budgets(scopes, (tenant.budgets, key.budgets))
-        limited: list[tuple[_Holder, Limits]] = []
-        if tenant.limits:
-            limited.append(
-                (self._holder(("t", tenant.name), f"tenant {tenant.name}"), tenant.limits)
-            )
-        if key.limits:
-            limited.append(
-                (self._holder(("k", tenant.name, key.name), f"key {key.name}"), key.limits)
-            )
-        if not limited:
-            return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
-        now = self._clock()
-        fits = True
-        for holder, limits in limited:
-            if (rpm := limits.rpm) is not None:
-                bucket = holder.requests = holder.requests or Bucket(rpm, now)
-                fits = bucket.refill(rpm, now) >= 1.0 and fits
-            if (tpm := limits.tpm) is not None:
-                bucket = holder.tokens = holder.tokens or Bucket(tpm, now)
-                fits = bucket.refill(tpm, now) >= min(estimate, tpm) and fits  # need()
-            if limits.concurrency is not None and holder.active >= limits.concurrency:
-                fits = False
-        if not fits:
-            refusal = _refusal(limited, estimate)
-            assert refusal is not None
-            raise refusal.replace(more_headers=_headers(limited))
-        # Charged, and the tightest bucket of each kind kept for the headers.
-        requests: tuple[float, int] | None = None
-        tokens: tuple[float, int] | None = None
-        for holder, limits in limited:
-            if (charged := holder.requests) is not None and (rpm := limits.rpm) is not None:
-                charged.level -= 1
-                if requests is None or (charged.level, rpm) < requests:
-                    requests = (charged.level, rpm)
-            if (charged := holder.tokens) is not None and (tpm := limits.tpm) is not None:
-                charged.level -= estimate
-                if tokens is None or (charged.level, tpm) < tokens:
-                    tokens = (charged.level, tpm)
-            holder.active += 1
-        headers = kind_headers(b"requests", requests) + kind_headers(b"tokens", tokens)
-        return Ticket(self, model, scopes, limited, estimate, prompt_tokens, headers)
+            now = self._wall()
+            keys, usage = period_keys(now), self.usage
+            if (
+                tenant.budgets
+                and (b := usage.spent_budget(scopes[0], tenant.budgets, keys)) is not None
+            ):
+                raise _budget_refusal("tenant", b, now)
+            if key.budgets and (b := usage.spent_budget(scopes[1], key.budgets, keys)) is not None:
+                raise _budget_refusal("key", b, now)
+        if tenant.limits is NO_LIMITS and key.limits is NO_LIMITS:
+            return Ticket(self, model, scopes, 0, estimate, prompt_tokens, ())
+        clock = self._clock
+        if clock is None:
+            clock = self._clock = trio.lowlevel.current_clock().current_time
+        headers, held, refused = self._ledger.admit(
+            scopes[0], tenant.limits, scopes[1], key.limits, estimate, clock()
+        )
+        if refused is not None:
+            row, kind, limit, wait, longest = refused
+            who = f"tenant {tenant.name}" if row == 0 else f"key {key.name}"
+            if kind == "c":
+                error = _concurrency_refusal(who, limit)
+            else:
+                error = _rate_refusal(who, kind, limit, wait, estimate)
+            raise error.replace(more_headers=(*_retry_headers(longest), *headers))
+        return Ticket(self, model, scopes, held, estimate, prompt_tokens, headers)
 
     async def _admit_shared(
         self,
@@ -186,18 +158,17 @@ class Tenancy:
         """Through Redis (edgegw.tenants.shared): one script checks and charges."""
         tenant, key = caller.tenant, caller.key
         if not (tenant.budgets or key.budgets or tenant.limits or key.limits):
-            return Ticket(self, model, scopes, [], estimate, prompt_tokens, ())
+            return Ticket(self, model, scopes, 0, estimate, prompt_tokens, ())
         assert self.shared is not None
         now = self._wall()
         result, rows = await self.shared.admit(caller, estimate, now)
-        levels = [
+        headers = _tightest_headers(
             (kind, result.levels[PREFIX + k], row_limit(kind, what))
             for k, kind, what in rows
             if kind in ("r", "t") and PREFIX + k in result.levels
-        ]
-        headers = level_headers(levels)
+        )
         if isinstance(result, Admitted):
-            ticket = Ticket(self, model, scopes, [], estimate, prompt_tokens, headers)
+            ticket = Ticket(self, model, scopes, 0, estimate, prompt_tokens, headers)
             ticket.shared = result
             return ticket
         row = next(r for r in rows if PREFIX + r[0] == result.key)
@@ -214,23 +185,6 @@ class Tenancy:
                 who, result.kind, row_limit(result.kind, what), result.wait_s, estimate
             )
         raise error.replace(more_headers=(*_retry_headers(result.wait_s), *headers))
-
-    def _check_budgets(
-        self, scopes: tuple[str, str], budgets: tuple[tuple[Budget, ...], tuple[Budget, ...]]
-    ) -> None:
-        """429 `insufficient_quota` when a budget of the tenant or the key is spent."""
-        now = self._wall()
-        keys, spent_in = period_keys(now), self.usage.spent_in
-        for scope, held, who in zip(scopes, budgets, ("tenant", "key"), strict=True):
-            for b in held:
-                if spent_in(scope, b.unit != "tokens", keys[b.period]) >= b.limit:
-                    raise _budget_refusal(who, b, now)
-
-    def _holder(self, name: tuple[str, ...], who: str) -> _Holder:
-        holder = self._holders.get(name)
-        if holder is None:
-            holder = self._holders[name] = _Holder(who)
-        return holder
 
 
 def _budget_refusal(who: str, b: Budget, now: float) -> GatewayError:
@@ -283,36 +237,16 @@ def _store_unavailable() -> GatewayError:
     )
 
 
-def _refusal(limited: list[tuple[_Holder, Limits]], estimate: int) -> GatewayError | None:
-    """The refusal of the first limit the request does not fit, with the longest wait."""
-    found: GatewayError | None = None
-    wait = 0.0
-    for holder, limits in limited:
-        who = holder.who
-        if limits.concurrency is not None and holder.active >= limits.concurrency:
-            found = found or _concurrency_refusal(who, limits.concurrency)
-            wait = max(wait, CONCURRENCY_RETRY_S)
-        bucket, limit = holder.requests, limits.rpm
-        if bucket is not None and limit is not None and (w := wait_s(limit, bucket.level, 1)):
-            wait = max(wait, w)
-            found = found or _rate_refusal(who, "r", limit, w, estimate)
-        bucket, limit = holder.tokens, limits.tpm
-        if bucket is not None and limit is not None:
-            if w := wait_s(limit, bucket.level, estimate):
-                wait = max(wait, w)
-                found = found or _rate_refusal(who, "t", limit, w, estimate)
-    return None if found is None else found.replace(more_headers=_retry_headers(wait))
-
-
-def _headers(limited: list[tuple[_Holder, Limits]]) -> Headers:
-    """A refusal's x-ratelimit-* (nothing charged): the tightest requests and tokens limits."""
-    levels: list[tuple[str, float, int]] = []
-    for holder, limits in limited:
-        if holder.requests is not None and limits.rpm is not None:
-            levels.append(("r", holder.requests.level, limits.rpm))
-        if holder.tokens is not None and limits.tpm is not None:
-            levels.append(("t", holder.tokens.level, limits.tpm))
-    return level_headers(levels)
+def _tightest_headers(levels: Iterable[tuple[str, float, int]]) -> Headers:
+    """The x-ratelimit-* of the bucket with the least left of each kind (r, t), from the
+    levels Redis returned."""
+    r = t = None
+    for kind, level, limit in levels:
+        if kind == "r":
+            r = (level, limit) if r is None else min(r, (level, limit))
+        else:
+            t = (level, limit) if t is None else min(t, (level, limit))
+    return rate_limit_headers(r, t)
 
 
 class Ticket:
@@ -337,7 +271,7 @@ class Ticket:
         tenancy: Tenancy,
         model: str,
         scopes: tuple[str, str],
-        held: list[tuple[_Holder, Limits]],
+        held: int,
         estimate: int,
         prompt_tokens: int,
         headers: Headers,
@@ -345,7 +279,7 @@ class Ticket:
         self._tenancy = tenancy
         self.model = model
         self._scopes = scopes
-        self._held = held
+        self._held = held  # the ledger's rows charged (bits: 1 the tenant, 2 the key)
         self.estimate = estimate
         self.prompt_tokens = prompt_tokens
         self.headers = headers
@@ -371,13 +305,10 @@ class Ticket:
             return 0, None, None
         self._open = False
         used = used_tokens(outcome, self.prompt_tokens)
-        for holder, limits in self._held:
-            holder.active -= 1
-            if holder.tokens is not None and limits.tpm is not None:
-                holder.tokens.level = min(
-                    float(limits.tpm), holder.tokens.level + self.estimate - used
-                )
         tenancy = self._tenancy
+        if self._held:
+            scopes = self._scopes
+            tenancy._ledger.settle(scopes[0], scopes[1], self._held, self.estimate, used)
         usage = None if outcome is None else outcome.usage
         if not usage and used:  # no usage reported: priced as what was charged
             usage = {

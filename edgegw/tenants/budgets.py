@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from edgegw.keyfile import PERIODS
+from edgegw.keyfile import PERIODS, Budget
 from edgegw.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -179,6 +179,19 @@ class Usage:
         found = self._totals.get((scope, key))
         added = self._added.get(scope)
         return (0 if found is None else found[i]) + (0 if added is None else added[i])
+
+    def spent_budget(
+        self, scope: str, budgets: tuple[Budget, ...], keys: dict[str, str]
+    ) -> Budget | None:
+        """The first of `budgets` that `scope` has spent in its current period (`keys`:
+        period_keys'); every request with a budget asks, so spent_in is inlined."""
+        added = self._added.get(scope)
+        for b in budgets:
+            i = b.unit != "tokens"  # 0 tokens, 1 nano-USD
+            found = self._totals.get((scope, keys[b.period]))
+            if (0 if found is None else found[i]) + (0 if added is None else added[i]) >= b.limit:
+                return b
+        return None
 
     def add(self, scopes: tuple[str, ...], tokens: int, nano_usd: int) -> None:
         if not tokens and not nano_usd:

@@ -75,7 +75,12 @@ class Prices:
         price = self.of(model)
         if price is None:
             return None
-        inputs, outputs = _tokens(usage, INPUT_MEMBERS), _tokens(usage, OUTPUT_MEMBERS)
+        # Chat's names first, without a call: every priced answer comes here.
+        inputs, outputs = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        if type(inputs) is not int or inputs < 0:
+            inputs = _tokens(usage, INPUT_MEMBERS)
+        if type(outputs) is not int or outputs < 0:
+            outputs = _tokens(usage, OUTPUT_MEMBERS)
         return (inputs * price.input_femto + outputs * price.output_femto) // FEMTO_PER_NANO
 
 
@@ -83,7 +88,7 @@ def usd_text(nano: int) -> str:
     """Nano-USD as a plain decimal string (`0.000123`), in integers (a Decimal division
     was a third of a request's pricing)."""
     whole, part = divmod(nano, 1_000_000_000)
-    return f"{whole}.{part:09d}".rstrip("0").rstrip(".") if part else str(whole)
+    return f"{whole}.{part:09d}".rstrip("0") if part else str(whole)  # a digit ends it
 
 
 def _tokens(usage: Mapping[str, Any], members: tuple[str, ...]) -> int:

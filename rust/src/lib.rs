@@ -6,10 +6,12 @@ pub mod guard;
 pub mod head;
 pub mod http1;
 pub mod json;
+pub mod limits;
 pub mod otlp;
 pub mod otlp_trace;
 pub mod passthrough;
 pub mod request;
+pub mod respond;
 pub mod sse;
 pub mod trace;
 
@@ -18,7 +20,7 @@ mod binding {
     use std::borrow::Cow;
 
     use pyo3::create_exception;
-    use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+    use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
     use pyo3::prelude::*;
     use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
 
@@ -29,6 +31,7 @@ mod binding {
     use crate::otlp;
     use crate::passthrough;
     use crate::request::{self, retrieval, Endpoint, Parsed};
+    use crate::respond;
     use crate::sse;
 
     create_exception!(
@@ -835,6 +838,61 @@ mod binding {
         crate::error::all_codes()
     }
 
+    /// The head of a response with the app's `headers` ((name, value) bytes pairs): (head,
+    /// framing as respond.rs `Framing`'s number, Content-Length or None, keep-alive).
+    #[pyfunction]
+    fn response_head<'py>(
+        py: Python<'py>,
+        status: u16,
+        reason: &[u8],
+        headers: &Bound<'py, PyAny>,
+        http11: bool,
+        head_request: bool,
+        keep_alive: bool,
+    ) -> PyResult<(Bound<'py, PyBytes>, u8, Option<u64>, bool)> {
+        let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(16);
+        for item in headers.try_iter()? {
+            let item = item?;
+            let (name, value) = match item.cast::<PyTuple>() {
+                Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
+                _ => (item.get_item(0)?, item.get_item(1)?),
+            };
+            let bytes = |v: Bound<'py, PyAny>| {
+                v.cast_into::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("response header names and values are bytes"))
+            };
+            pairs.push((bytes(name)?, bytes(value)?));
+        }
+        let cx = respond::Context {
+            status,
+            reason,
+            http11,
+            head_request,
+            keep_alive,
+        };
+        let head =
+            respond::response_head(cx, pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())))
+                .map_err(|f| PyRuntimeError::new_err(f.message()))?;
+        Ok((
+            PyBytes::new(py, &head.bytes),
+            head.framing as u8,
+            head.length,
+            head.keep_alive,
+        ))
+    }
+
+    /// RFC 9110's IMF-fixdate of a Unix time.
+    #[pyfunction]
+    fn imf_fixdate(py: Python<'_>, unix: u64) -> Bound<'_, PyBytes> {
+        PyBytes::new(py, &respond::imf_fixdate(unix))
+    }
+
+    /// The Date header value now (RFC 9110's IMF-fixdate), formatted once a second.
+    #[pyfunction]
+    fn http_date(py: Python<'_>) -> Bound<'_, PyBytes> {
+        PyBytes::new(py, &respond::http_date())
+    }
+
     #[pymodule]
     fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add("RequestError", m.py().get_type::<RequestError>())?;
@@ -872,7 +930,11 @@ mod binding {
         m.add_function(wrap_pyfunction!(redact_text, m)?)?;
         m.add_function(wrap_pyfunction!(redact_json, m)?)?;
         m.add_function(wrap_pyfunction!(error_codes, m)?)?;
+        m.add_function(wrap_pyfunction!(response_head, m)?)?;
+        m.add_function(wrap_pyfunction!(http_date, m)?)?;
+        m.add_function(wrap_pyfunction!(imf_fixdate, m)?)?;
         crate::trace_binding::register(m)?;
+        crate::limits_binding::register(m)?;
         Ok(())
     }
 }
@@ -880,3 +942,7 @@ mod binding {
 /// Tracing's binding (rust/src/trace.rs, rust/src/otlp_trace.rs), apart from the rest.
 #[cfg(feature = "python")]
 mod trace_binding;
+
+/// The tenants' ledger's binding (rust/src/limits.rs).
+#[cfg(feature = "python")]
+mod limits_binding;
