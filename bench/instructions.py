@@ -8,7 +8,9 @@ under valgrind's callgrind, instrumentation off until the requests to count
 ``--warmup`` chat requests (imports, caches, the upstream pool), then ``--requests`` counted
 ones, each answer read whole before the next. Reported: instructions, glibc `malloc` calls and
 calls into the Rust core (Python-to-Rust crossings) a request, each configuration's difference
-from the first, and the C functions whose own instructions differ most. User space only
+from the first, and the C functions whose own instructions differ most. The ``--idle`` seconds
+after the requests are counted too: that rate (timers, the tenants' usage flushed once a
+second) times the requests' duration is taken out of their count and reported apart. User space only
 (system calls are not counted), and an instruction is not a fixed time; the interpreter's
 functions stand for the Python code they run.
 """
@@ -104,9 +106,10 @@ def _costs(dump: Path) -> tuple[dict[str, int], int, dict[str, int]]:
     return costs, total, calls
 
 
-def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, int]:
-    """One configuration's gateway under callgrind: its dump of the counted requests, and the
-    events an answer held."""
+def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, Path, float, int]:
+    """One configuration's gateway under callgrind: its dump of the counted requests, the dump
+    of the ``--idle`` seconds after them, how long the counted requests took, and the events
+    an answer held."""
     out = scratch_dir()
     mock_port, port = free_port(), free_port()
     env, body = configurations(out, mock_port, free_port())[name]
@@ -145,15 +148,20 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, int]:
 
             control("-i", "on")
             control("--zero")
+            start = time.monotonic()
             events = _exchange(sock, data, ns.requests)
+            counted_s = time.monotonic() - start
             control("--dump=counted")
+            time.sleep(ns.idle)  # the background's own: timers, the usage store's flushes
+            control("--dump=idle")
             control("-i", "off")
     finally:
         gw.terminate()
         gw.wait(60)
         mock.terminate()
         mock.wait(10)
-    return max(out.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:])), events
+    counted, idle = sorted(out.glob("callgrind.out.*.*"), key=lambda p: int(p.suffix[1:]))[-2:]
+    return counted, idle, counted_s, events
 
 
 def run(ns: argparse.Namespace) -> Result:
@@ -164,10 +172,17 @@ def run(ns: argparse.Namespace) -> Result:
     per: dict[str, Any] = {}
     base: tuple[dict[str, int], int] | None = None
     for name in ns.features:
-        dump, events = _count(binary, name, ns)
-        costs, total, calls = _costs(dump)
+        dump, idle_dump, counted_s, events = _count(binary, name, ns)
+        costs, raw, calls = _costs(dump)
+        # What runs whether or not requests come (per second, from the idle dump) is taken out
+        # for the time the requests took: under callgrind a request takes ~25x its time, so a
+        # once-a-second task would count 25x what it costs a request at full load.
+        background = _costs(idle_dump)[1] / ns.idle if ns.idle else 0.0
+        total = round(raw - background * counted_s)
         row: dict[str, Any] = {
             "instructions": round(total / n),
+            "raw_instructions": round(raw / n),
+            "background_per_s": round(background),
             "events": events,
             "mallocs": round(calls["malloc"] / n, 1),
             "crossings": round(calls[CROSSING] / n, 1),
@@ -186,7 +201,9 @@ def run(ns: argparse.Namespace) -> Result:
         per[name] = row
         added = f", {row['added']:+,} ({row['added_percent']:+.1f} %)" if "added" in row else ""
         print(f"  {name:16s} {row['instructions']:,} instructions a request{added}, "
-              f"{row['mallocs']} malloc calls, {row['crossings']} calls into the Rust core"
+              f"{row['mallocs']} malloc calls, {row['crossings']} calls into the Rust core; "
+              f"background {row['background_per_s']:,} a second, {row['raw_instructions']:,} "
+              "a request with it"
               + (f"; {events} events, {row['instructions_per_event']:,} instructions an event"
                  if ns.stream else ""), flush=True)  # fmt: skip
         for d, k in row.get("most_added", [])[:8]:
@@ -200,6 +217,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=300, help="requests counted a configuration")
     p.add_argument("--warmup", type=int, default=40, help="requests before counting")
     p.add_argument("--top", type=int, default=12, help="functions listed a configuration")
+    p.add_argument("--idle", type=float, default=3.0,
+                   help="seconds counted with no request, whose rate is taken out of the "
+                        "requests' counts (0: nothing taken out)")  # fmt: skip
     p.add_argument("--stream", action="store_true",
                    help=f"streamed answers of {STREAM_TOKENS} tokens: also instructions an event")  # fmt: skip
     p.add_argument("--token-rate", type=float, default=0.0,
@@ -207,4 +227,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "is a wake-up of its own, as a model's are)")  # fmt: skip
 
 
-SMOKE = ["--features", "off", "keys", "--requests", "3", "--warmup", "2", "--top", "3"]
+SMOKE = ["--features", "off", "keys", "--requests", "3", "--warmup", "2", "--top", "3",
+         "--idle", "0.5"]  # fmt: skip
