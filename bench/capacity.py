@@ -1,7 +1,9 @@
 """The scenarios `throughput`, `streams` and `capacity`: one rig of servers (every target in
 front of the Go mock, driven by the Go generators of bench/gopeer/) and its cells. `throughput`
 runs the fast cells, `streams` the paced-stream search and cost, `capacity` both and prints
-every ratio of the capacity issue. A Go reverse proxy stands in for a Go gateway.
+every ratio of the capacity issue. A Go reverse proxy is the floor of a Go gateway; with
+``--inference-gateway PATH`` (a binary built from its source by hand, at a named tag) and
+``--nginx [PATH]`` the real Go gateway and nginx run beside edgegw in the same cells.
 
 Layout: the server under test alone on core 1 (the others idle there), the Go mocks and the
 Go generator on core 0. The workers cells run edgegw unpinned (``--workers 2``, and the one
@@ -9,7 +11,9 @@ worker process re-pinned to both cores for its cell) while the mocks and the gen
 on core 0: there the server shares core 0 with the instrument, which the output says.
 
 Targets: ``mock_direct``; ``go_proxy`` (httputil.ReverseProxy, the floor of a Go gateway);
-``bare_server`` (bench/bare_app.py on edgegw.http1: a canned answer for the fast cells, passing
+``inference_gateway`` (the binary given, ``GOMAXPROCS=1``, its OpenAI provider on the mock,
+telemetry and auth off as by default); ``nginx_proxy`` (one worker, ``proxy_pass`` with
+upstream keep-alive and ``proxy_buffering off``, access log off); ``bare_server`` (bench/bare_app.py on edgegw.http1: a canned answer for the fast cells, passing
 the paced mock's streams through with ``--upstream`` for the capacity search); ``edgegw`` (one worker,
 core 1); ``edgegw_w1_unpinned`` (the same process on both cores) and ``edgegw_w2_unpinned``
 (``--workers 2``). edgegw runs with ``EDGEGW_MAX_IN_FLIGHT`` and ``UPSTREAM_POOL_MAX_PER_HOST``
@@ -30,9 +34,10 @@ Cells, per round every target in a new random order, medians over ``--rounds``:
   with each step run by ``gopeer streams``: warm-up one stream length, ``--step-seconds``
   measured while arrivals keep C in flight; pass: no error and added gap p99 <= 5 ms. One
   step per target per round, targets in random order, within ``--budget`` seconds;
-- ``cost``: edgegw at ``--cost-streams`` paced streams, once per round: server CPU µs per
-  relayed event (over the measured phase, every event the generator received in it) and
-  RSS per stream in flight (RSS over the measured phase minus RSS before the step).
+- ``cost``: each of ``--cost-targets`` at each of ``--cost-streams`` paced streams, once per
+  round: server CPU µs per relayed event (over the measured phase, every event the generator
+  received in it), RSS per stream in flight (RSS over the measured phase minus RSS before the
+  step), added gap, TTFT and errors.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -80,6 +86,67 @@ CELLS = {
     "rps64_slow50": ("mock_direct", "go_proxy", "edgegw"),
 }
 CAPACITY = FAST + WORKERS
+PEERS = ("inference_gateway", "nginx_proxy")  # with --inference-gateway / --nginx
+# The bodies without the `openai/` prefix: for the mock itself and the plain proxies.
+DIRECT = ("mock_direct", "go_proxy", "nginx_proxy")
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx-error.log warn;
+events {{ worker_connections 16384; }}
+http {{
+    access_log off;
+    client_body_temp_path {work}/nginx-body;
+    proxy_temp_path {work}/nginx-proxy;
+    upstream up {{ server 127.0.0.1:{upstream}; keepalive 512; }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        keepalive_requests 1000000;
+        location / {{
+            proxy_pass http://up;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 60s;
+        }}
+    }}
+}}
+"""
+
+
+def peers(ns: argparse.Namespace) -> tuple[str, ...]:
+    """The peers this run was given."""
+    given = {"inference_gateway": ns.inference_gateway, "nginx_proxy": ns.nginx}
+    return tuple(t for t in PEERS if given[t])
+
+
+def inference_gateway_env(upstream: int, port: int) -> dict[str, str]:
+    """inference-gateway on one core in front of the mock as its OpenAI provider, on loopback,
+    everything else as it ships (telemetry, auth, MCP, guardrails off)."""
+    return {
+        "GOMAXPROCS": "1",
+        "ENVIRONMENT": "production",
+        "SERVER_HOST": "127.0.0.1",
+        "SERVER_PORT": str(port),
+        "OPENAI_API_URL": f"http://127.0.0.1:{upstream}/v1",
+        "OPENAI_API_KEY": "sk-bench",
+    }
+
+
+def nginx_binary(given: str) -> str:
+    found = shutil.which(given, path=f"{os.environ.get('PATH', '')}:/usr/sbin")
+    if found is None:
+        raise SystemExit(f"--nginx: {given} not found (Debian: nginx)")
+    return found
+
+
+def cells(ns: argparse.Namespace) -> dict[str, tuple[str, ...]]:
+    """CELLS with the peers of this run in each."""
+    return {cell: (*ts, *peers(ns)) for cell, ts in CELLS.items()}
+
+
 PAUSE_S = 0.5  # between cells
 STEP_PAUSE_S = 2.0  # between steps: the cut streams of the last one are cleaned up
 PHASES = {
@@ -109,9 +176,9 @@ class Rig:
 
         def start(
             name: str, kind: str, args: list[str], cpu: int, exe: str | None,
-            env: dict[str, str] | None = None,
+            env: dict[str, str] | None = None, port: int | None = None,
         ) -> None:  # fmt: skip
-            port = int(args[args.index("--port") + 1])
+            port = port or int(args[args.index("--port") + 1])
             proc = stack.enter_context(process(args, cpu, env, port, exe=exe, ready_s=60))
             self.port[name, kind], self.pid[name, kind] = port, proc.pid
 
@@ -132,6 +199,16 @@ class Rig:
                 "--upstream", f"http://127.0.0.1:{up}/v1"]  # fmt: skip
             start("bare_server", kind, ["-m", "bench.bare_app", "--port", str(p), *extra],
                   CORE_B, None)  # fmt: skip
+            if ns.inference_gateway:
+                p = free_port()
+                start("inference_gateway", kind, [], CORE_B, ns.inference_gateway,
+                      inference_gateway_env(up, p), port=p)  # fmt: skip
+            if ns.nginx:
+                p = free_port()
+                conf = self.work / f"nginx-{kind}.conf"
+                conf.write_text(NGINX_CONF.format(work=self.work, upstream=up, port=p))
+                start("nginx_proxy", kind, ["-c", str(conf), "-p", str(self.work)], CORE_B,
+                      nginx_binary(ns.nginx), port=p)  # fmt: skip
             for name, workers in (("edgegw", 1), ("edgegw_w2_unpinned", 2)):
                 p = free_port()
                 start(name, kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B, None,
@@ -139,7 +216,9 @@ class Rig:
         for kind in self.kinds:  # the one worker again, re-pinned for its cells
             self.port["edgegw_w1_unpinned", kind] = self.port["edgegw", kind]
             self.pid["edgegw_w1_unpinned", kind] = self.pid["edgegw", kind]
-        for name in FAST + WORKERS:
+        self.targets = FAST + WORKERS + peers(ns)
+        self.cells = cells(ns)
+        for name in self.targets:
             self.cpus[name] = {CORE_A} if name == "mock_direct" else {CORE_B}
         for name in WORKERS:
             self.cpus[name] = BOTH
@@ -157,7 +236,7 @@ class Rig:
                 pin(self.pid[cell_target, kind], cpus or self.cpus[cell_target])
 
     def body_file(self, name: str, cell: str) -> str:
-        body = CHAT_DIRECT if name in ("mock_direct", "go_proxy") else CHAT
+        body = CHAT_DIRECT if name in DIRECT else CHAT
         if cell == "rps64_slow50":
             body = body.replace(b"gpt-4o-mini", SLOW_MODEL.encode())
         elif cell == "streams16":
@@ -240,14 +319,17 @@ class Rig:
 
 
 def _fast_phase(rig: Rig, ns: argparse.Namespace) -> Result:
-    rows: dict[str, dict[str, list[Result]]] = {c: {t: [] for t in ts} for c, ts in CELLS.items()}
-    for t in FAST + WORKERS:  # warm-up: connections, pools, code paths
+    cells_of = rig.cells
+    rows: dict[str, dict[str, list[Result]]] = {
+        c: {t: [] for t in ts} for c, ts in cells_of.items()
+    }
+    for t in rig.targets:  # warm-up: connections, pools, code paths
         rig.load_cell("rps64", t)
     for rnd in range(ns.rounds):
-        cells = list(CELLS)
+        cells = list(cells_of)
         random.shuffle(cells)
         for cell in cells:
-            order = list(CELLS[cell])
+            order = list(cells_of[cell])
             random.shuffle(order)
             for t in order:
                 rows[cell][t].append(rig.load_cell(cell, t))
@@ -255,8 +337,8 @@ def _fast_phase(rig: Rig, ns: argparse.Namespace) -> Result:
         print(
             f"  round {rnd + 1}/{ns.rounds} (load {loadavg()[0]:.2f}): "
             + "; ".join(
-                f"{c} " + ", ".join(f"{t} {rows[c][t][-1]['rps']:.0f}" for t in CELLS[c])
-                for c in CELLS
+                f"{c} " + ", ".join(f"{t} {rows[c][t][-1]['rps']:.0f}" for t in cells_of[c])
+                for c in cells_of
             ),
             flush=True,
         )
@@ -266,7 +348,7 @@ def _fast_phase(rig: Rig, ns: argparse.Namespace) -> Result:
 def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> Result:
     spec = llm.LlmSpec(start_streams=ns.start, max_streams=ns.max_streams,
                        step_s=ns.step_seconds, budget_s=ns.budget, gap_p99_ms=ns.gap_p99_ms)  # fmt: skip
-    searches = {t: llm.Search(spec) for t in CAPACITY if t in ns.targets}
+    searches = {t: llm.Search(spec) for t in rig.targets if t in ns.targets}
     step_s = rig.stream_s + ns.step_seconds + ns.step_pause_s + 1
     t0, rnd = time.monotonic(), 0
     while True:
@@ -290,17 +372,28 @@ def _capacity_phase(rig: Rig, ns: argparse.Namespace) -> Result:
     return {t: s.result() for t, s in searches.items()}
 
 
-def _cost_phase(rig: Rig, ns: argparse.Namespace) -> list[Result]:
-    steps = []
+def _cost_phase(rig: Rig, ns: argparse.Namespace) -> dict[str, dict[str, list[Result]]]:
+    """Each cost target at each number of streams, once a round, the targets in a new order
+    each round: {target: {streams: [step, ...]}}."""
+    targets = [t for t in ns.cost_targets if t in rig.targets]
+    steps: dict[str, dict[str, list[Result]]] = {
+        t: {str(c): [] for c in ns.cost_streams} for t in targets
+    }
     for rnd in range(ns.rounds):
-        steps.append(rig.stream_step("edgegw", ns.cost_streams, "cost"))
-        s = steps[-1]
-        print(
-            f"  cost round {rnd + 1}: edgegw at {ns.cost_streams} streams: "
-            f"{s['cpu_us_per_event']} µs CPU/event, {s.get('rss_per_stream_kib')} KiB/stream, "
-            f"in flight {s['in_flight']['mean']:.0f} (load {loadavg()[0]:.2f})",
-            flush=True,
-        )
+        for streams in ns.cost_streams:
+            random.shuffle(targets)
+            for t in targets:
+                s = rig.stream_step(t, streams, "cost")
+                steps[t][str(streams)].append(s)
+                print(
+                    f"  cost round {rnd + 1}: {t} at {streams} streams: "
+                    f"{s['cpu_us_per_event']} µs CPU/event, {s.get('rss_per_stream_kib')} "
+                    f"KiB/stream, in flight {s['in_flight']['mean']:.0f}, added gap p99 "
+                    f"{(s['added_gap_ms'] or {}).get('p99')} ms, TTFT p50 "
+                    f"{(s['ttft_ms'] or {}).get('p50')} ms, errors {s['requests']['errors']} "
+                    f"(load {loadavg()[0]:.2f})",
+                    flush=True,
+                )
     return steps
 
 
@@ -310,11 +403,14 @@ def estimate_s(ns: argparse.Namespace) -> float:
     if "fast" in ns.phases:
         per_round = sum(
             len(ts) * ((min(ns.seconds, 3.0) if c == "added_p50_c1" else ns.seconds) + 1.6)
-            for c, ts in CELLS.items()
+            for c, ts in cells(ns).items()
         )
         fast = per_round * (ns.rounds + 0.4)
+    cost_steps = len(ns.cost_targets) * len(ns.cost_streams) * ns.rounds
     cost = (
-        ns.rounds * (stream_s + ns.step_seconds + ns.step_pause_s + 1) if "cost" in ns.phases else 0
+        cost_steps * (stream_s + ns.step_seconds + ns.step_pause_s + 1)
+        if "cost" in ns.phases
+        else 0
     )
     warm = 6 * 5.0 if {"cost", "capacity"} & set(ns.phases) else 0
     return 40 + fast + warm + (ns.budget if "capacity" in ns.phases else 0) + cost
@@ -339,13 +435,15 @@ def run(ns: argparse.Namespace) -> Result:
         rig = Rig(ns, stack, binary)
         out["stream_s"] = round(rig.stream_s, 3)
         out["idle_rss_mib"] = {
-            t: round(rss_bytes(rig.pid[t, rig.kinds[0]]) / MiB, 1) for t in FAST + WORKERS[1:]
+            t: round(rss_bytes(rig.pid[t, rig.kinds[0]]) / MiB, 1)
+            for t in rig.targets
+            if t != "edgegw_w1_unpinned"
         }
         if "fast" in ns.phases:
             out["fast"] = _fast_phase(rig, ns)
         if "cost" in ns.phases or "capacity" in ns.phases:
-            for t in CAPACITY:  # the paced instances: connections, pools, code paths
-                if t in ns.targets:
+            for t in rig.targets:  # the paced instances: connections, pools, code paths
+                if t in ns.targets or t in ns.cost_targets:
                     rig.stream_step(t, 32, warm_up=True)
         if "cost" in ns.phases:
             out["cost"] = _cost_phase(rig, ns)
@@ -371,10 +469,17 @@ def add_arguments(p: argparse.ArgumentParser, scenario: str) -> None:
     p.add_argument("--step-seconds", type=float, default=10, help="measured seconds per step")
     p.add_argument("--budget", type=float, default=900, help="capacity search, seconds")
     p.add_argument("--start", type=int, default=256, help="capacity: first step's streams")
-    p.add_argument("--targets", nargs="+", choices=CAPACITY, default=list(CAPACITY),
-                   help="capacity: the targets searched (default: all)")  # fmt: skip
+    p.add_argument("--targets", nargs="+", choices=CAPACITY + PEERS, default=list(CAPACITY),
+                   help="capacity: the targets searched (default: all but the peers)")  # fmt: skip
+    p.add_argument("--inference-gateway", metavar="PATH",
+                   help="an inference-gateway binary (built from its source at a named tag): a "
+                        "target of every cell")  # fmt: skip
+    p.add_argument("--nginx", nargs="?", const="nginx", metavar="PATH",
+                   help="nginx (default: on PATH) as a proxy_pass target of every cell")  # fmt: skip
+    p.add_argument("--cost-targets", nargs="+", choices=CAPACITY + PEERS, default=["edgegw"],
+                   help="cost: the targets measured (a peer only when given)")  # fmt: skip
     p.add_argument("--max-streams", type=int, default=4096)
-    p.add_argument("--cost-streams", type=int, default=256)
+    p.add_argument("--cost-streams", type=int, nargs="+", default=[256])
     p.add_argument("--gap-p99-ms", type=float, default=5.0)
     p.add_argument("--pause-s", type=float, default=PAUSE_S, help=argparse.SUPPRESS)
     p.add_argument("--step-pause-s", type=float, default=STEP_PAUSE_S, help=argparse.SUPPRESS)
@@ -386,4 +491,5 @@ def add_arguments(p: argparse.ArgumentParser, scenario: str) -> None:
 SMOKE = ["--rounds", "1", "--seconds", "0.2", "--step-seconds", "0.2", "--budget", "60",
          "--start", "4", "--max-streams", "4", "--cost-streams", "4", "--tokens", "4",
          "--token-rate", "200", "--first-token-ms", "10", "--gap-p99-ms", "1000",
-         "--pause-s", "0", "--step-pause-s", "0.2", "--max-wait", "0"]  # fmt: skip
+         "--pause-s", "0", "--step-pause-s", "0.2", "--max-wait", "0",
+         "--nginx", "--cost-targets", "edgegw", "nginx_proxy"]  # fmt: skip

@@ -1,9 +1,9 @@
 """The figures and ratios of `python -m bench capacity` (bench/capacity.py): medians over
 rounds per cell and target, the capacity issue's ratios with their targets, and the table.
 
-``go_proxy`` stands in for the Go gateway of the issue's targets (inference-gateway cannot be
-fetched here); a plain reverse proxy does less per request than any gateway, so a ratio
-against it is a floor for what edgegw would show against a real Go gateway, not that figure.
+``go_proxy`` is a plain Go reverse proxy: it does less per request than any gateway, so a ratio
+against it is a floor. With ``--inference-gateway`` the ratios against the real Go gateway are
+computed too (``*_vs_inference_gateway``), and with ``--nginx`` against nginx's proxy_pass.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ def summarise(out: Result) -> Result:
                 rps["edgegw_w2_unpinned"]["rps"], rps["edgegw_w1_unpinned"]["rps"]
             ),
         }
+        for peer in ("inference_gateway", "nginx_proxy"):
+            if peer in rps:
+                s["ratios"].update(_against(peer, rps, lat, st))
     cap = out.get("capacity")
     if cap:
         s["capacity"] = {
@@ -99,15 +102,42 @@ def summarise(out: Result) -> Result:
         )
     cost = out.get("cost")
     if cost:
-        s["cost_edgegw"] = {
-            "streams": cost[0]["streams"],
-            "cpu_us_per_event": median([c["cpu_us_per_event"] for c in cost]),
-            "rss_per_stream_kib": median([c.get("rss_per_stream_kib") for c in cost]),
-            "added_gap_p99_ms": median([(c["added_gap_ms"] or {}).get("p99") for c in cost]),
-            "in_flight_mean": median([c["in_flight"]["mean"] for c in cost]),
-            "errors": sum(c["requests"]["errors"] for c in cost),
-        }
+        s["cost"] = {t: {n: _cost(steps) for n, steps in per.items()} for t, per in cost.items()}
+        ig = s["cost"].get("inference_gateway", {})
+        for n, c in s["cost"].get("edgegw", {}).items():
+            if n in ig:
+                s.setdefault("ratios", {})[f"cost_{n}_edgegw_vs_inference_gateway"] = ratio(
+                    c["cpu_us_per_event"], ig[n]["cpu_us_per_event"]
+                )
     return s
+
+
+def _against(peer: str, rps: Result, lat: Result, st: Result) -> Result:
+    """edgegw's cells as ratios to `peer`'s (CPU: edgegw's over the peer's)."""
+    return {
+        f"rps64_edgegw_vs_{peer}": ratio(rps["edgegw"]["rps"], rps[peer]["rps"]),
+        f"cpu_per_request_edgegw_vs_{peer}": ratio(
+            rps["edgegw"]["server_cpu_us_per_request"], rps[peer]["server_cpu_us_per_request"]
+        ),
+        f"added_p50_c1_edgegw_vs_{peer}": ratio(
+            lat["edgegw"]["added_p50_ms"], lat[peer]["added_p50_ms"]
+        ),
+        f"streams16_edgegw_vs_{peer}": ratio(st["edgegw"]["rps"], st[peer]["rps"]),
+    }
+
+
+def _cost(steps: list[Result]) -> Result:
+    """Medians of the cost steps of one target at one number of streams."""
+    return {
+        "cpu_us_per_event": median([c["cpu_us_per_event"] for c in steps]),
+        "rss_per_stream_kib": median([c.get("rss_per_stream_kib") for c in steps]),
+        "added_gap_p50_ms": median([(c["added_gap_ms"] or {}).get("p50") for c in steps]),
+        "added_gap_p99_ms": median([(c["added_gap_ms"] or {}).get("p99") for c in steps]),
+        "ttft_p50_ms": median([(c["ttft_ms"] or {}).get("p50") for c in steps]),
+        "in_flight_mean": median([c["in_flight"]["mean"] for c in steps]),
+        "events_run": median([c["events_run"] for c in steps]),
+        "errors": sum(c["requests"]["errors"] for c in steps),
+    }
 
 
 def _fmt(v: Any, spec: str = ",.0f") -> str:
@@ -127,8 +157,10 @@ def print_table(out: Result) -> None:
     head = ("target", "req/s @64", "CPU µs/req", "added p50 @1", "streams/s @16",
             "req/s @64 50 ms", "paced streams", "idle RSS")  # fmt: skip
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-    for t in ("mock_direct", "go_proxy", "bare_server", "edgegw", "edgegw_w1_unpinned",
-              "edgegw_w2_unpinned"):  # fmt: skip
+    targets = {t for per in cells.values() for t in per} | set(cap)
+    order = ("mock_direct", "nginx_proxy", "go_proxy", "inference_gateway", "bare_server",
+             "edgegw", "edgegw_w1_unpinned", "edgegw_w2_unpinned")  # fmt: skip
+    for t in (t for t in order if t in targets):
 
         def c(cell: str, key: str, spec: str = ",.0f", t: str = t) -> str:
             return _fmt(cells.get(cell, {}).get(t, {}).get(key), spec)
@@ -142,11 +174,13 @@ def print_table(out: Result) -> None:
     if "streams16" in cells:
         print("events per stream @16: " + ", ".join(
             f"{t} {v.get('events_per_stream')}" for t, v in cells["streams16"].items()))  # fmt: skip
-    if "cost_edgegw" in s:
-        cost = s["cost_edgegw"]
-        print(f"edgegw at {cost['streams']} paced streams: {cost['cpu_us_per_event']} µs CPU per "
-              f"relayed event, {cost['rss_per_stream_kib']} KiB RSS per stream in flight "
-              f"(in flight {cost['in_flight_mean']}, added gap p99 {cost['added_gap_p99_ms']} ms)")  # fmt: skip
-    print("ratios (go_proxy stands in for a Go gateway: a floor, see bench/README.md):")
+    for t, per in s.get("cost", {}).items():
+        for n, m in per.items():
+            print(f"{t} at {n} paced streams: {m['cpu_us_per_event']} µs CPU per relayed event, "
+                  f"{m['rss_per_stream_kib']} KiB RSS per stream in flight (in flight "
+                  f"{m['in_flight_mean']}), added gap p50 {m['added_gap_p50_ms']} / p99 "
+                  f"{m['added_gap_p99_ms']} ms, TTFT p50 {m['ttft_p50_ms']} ms, "
+                  f"errors {m['errors']}")  # fmt: skip
+    print("ratios (against go_proxy: a floor for a Go gateway; see bench/README.md):")
     for k, v in s.get("ratios", {}).items():
         print(f"  {k}: {v}")
