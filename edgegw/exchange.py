@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Literal
 
 import trio
@@ -39,17 +39,42 @@ WATCH_DELAY_S = 0.25
 
 
 class Exchange:
-    """One exchange under watch: its cancel scope and what ended it."""
+    """One exchange under watch: its cancel scope and what ended it. As a context manager
+    (`Exchanges.open`'s), registered with the watch while its scope is entered (a class, not
+    a generator's context manager: one of these runs every request)."""
 
-    __slots__ = ("receive", "scope", "started", "watcher", "client_gone", "drained")
+    __slots__ = ("receive", "scope", "started", "watcher", "client_gone", "drained", "_watch")
 
-    def __init__(self, receive: Receive, deadline: float) -> None:
+    def __init__(
+        self, receive: Receive, started: float, timeout_s: float, watch: DisconnectWatch
+    ) -> None:
         self.receive = receive
-        self.scope = trio.CancelScope(deadline=deadline)
-        self.started = trio.current_time()
+        self.scope = trio.CancelScope(deadline=started + timeout_s)
+        self.started = started
         self.watcher: trio.CancelScope | None = None
         self.client_gone = False
         self.drained = False
+        self._watch = watch
+
+    def __enter__(self) -> Exchange:
+        self._watch.register(self)
+        try:
+            self.scope.__enter__()
+        except BaseException:
+            self._watch.release(self)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        try:
+            return self.scope.__exit__(kind, exc, tb)
+        finally:
+            self._watch.release(self)
 
     def allow(self, seconds: float) -> None:
         """From now on the exchange may take `seconds` more (math.inf: no deadline)."""
@@ -198,16 +223,9 @@ class Exchanges:
             attempt, self.retry, refused_only=refused_only, on_retry=retrying
         )
 
-    @contextmanager
-    def open(self, call: Call, timeout_s: float) -> Iterator[Exchange]:
-        """The scope of one exchange; the deadline starts `timeout_s` from now."""
-        ex = Exchange(call.receive, trio.current_time() + timeout_s)
-        self.watch.register(ex)
-        try:
-            with ex.scope:
-                yield ex
-        finally:
-            self.watch.release(ex)
+    def open(self, call: Call, timeout_s: float) -> Exchange:
+        """The scope of one exchange (`with`); the deadline starts `timeout_s` from now."""
+        return Exchange(call.receive, trio.current_time(), timeout_s, self.watch)
 
     async def forward(
         self,
