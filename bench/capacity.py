@@ -447,7 +447,7 @@ def run(ns: argparse.Namespace) -> Result:
                     rig.stream_step(t, 32, warm_up=True)
         if "cost" in ns.phases:
             out["cost"] = _cost_phase(rig, ns)
-        if "capacity" in ns.phases:
+        if "capacity" in ns.phases and ns.budget > 0:  # --budget 0: the cost phase alone
             out["capacity"] = _capacity_phase(rig, ns)
     out["summary"] = capacity_report.summarise(out)
     capacity_report.print_table(out)
