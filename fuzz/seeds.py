@@ -329,6 +329,35 @@ GUARD = {
 }
 
 
+def response(status: int, flags: int, *lines: bytes) -> bytes:
+    """The respond target's input: status, flags (1 HTTP/1.1, 2 HEAD, 4 keep-alive), lines."""
+    return struct.pack("<HB", status - 100, flags) + b"\n".join(lines)
+
+
+RESPOND = {
+    "json": response(200, 5, b"content-type: application/json", b"content-length: 12"),
+    "sse": response(200, 5, b"content-type: text/event-stream", b"cache-control: no-cache"),
+    "http10_close": response(200, 0, b"content-type: text/plain"),
+    "head_request": response(200, 7, b"content-length: 5", b"Date: then"),
+    "error_close": response(
+        429, 5, b"retry-after: 1", b"Connection: close", b"x-ratelimit-reset-requests: 1s"
+    ),
+}
+
+
+def ops(*quads: tuple[int, int, int, int]) -> bytes:
+    """The ledger target's input: [op, holders, amount, time step] each."""
+    return bytes(b for quad in quads for b in quad)
+
+
+LEDGER = {
+    # The tenant's rpm 3 (op 0x02) admitted three times at once, refused, then settled.
+    "burst": ops((2, 1, 1, 0), (2, 1, 1, 0), (2, 1, 1, 0), (2, 1, 1, 0), (3, 0, 5, 8)),
+    # Tenant and key, concurrency and tokens, time passing between.
+    "both": ops((0x25, 3, 40, 0), (0x25, 3, 40, 1), (3, 0, 10, 64), (0x25, 3, 200, 255)),
+}
+
+
 def main() -> None:
     for target, seeds in {
         "request": REQUEST,
@@ -339,6 +368,8 @@ def main() -> None:
         "otlp": OTLP,
         "gunzip": GUNZIP,
         "guard": GUARD,
+        "respond": RESPOND,
+        "ledger": LEDGER,
     }.items():
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,8 @@ pub enum Framing {
 /// An app's header the server will not send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadFault {
-    /// CR, LF or NUL in a value, or LF in a name: a header injected into the head.
+    /// A name that is not a token, or a control byte (but a tab) in a value: a header that
+    /// would be read as another, or not at all (RFC 9110 field-name, field-value).
     ForbiddenByte,
     /// Transfer-Encoding set by the app: the server frames the response.
     TransferEncoding,
@@ -30,7 +31,7 @@ pub enum HeadFault {
 impl HeadFault {
     pub fn message(self) -> &'static str {
         match self {
-            HeadFault::ForbiddenByte => "a response header with CR, LF or NUL",
+            HeadFault::ForbiddenByte => "a response header name or value with forbidden bytes",
             HeadFault::TransferEncoding => "the server frames the response, not the app",
             HeadFault::BadLength => "a response Content-Length that is not a count",
         }
@@ -65,6 +66,16 @@ pub fn has_close(value: &[u8]) -> bool {
         .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
+/// RFC 9110's tchar: what a field name is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A control byte a field value may not hold (a tab it may).
+fn is_ctl(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
 fn length_of(value: &[u8]) -> Result<u64, HeadFault> {
     let digits = value.trim_ascii();
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
@@ -90,7 +101,8 @@ pub fn response_head<'h>(
     out.extend_from_slice(b"\r\n");
     let (mut length, mut dated, mut keep_alive) = (None, false, cx.keep_alive);
     for (name, value) in headers {
-        if name.contains(&b'\n') || value.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)) {
+        if name.is_empty() || !name.iter().all(|b| is_tchar(*b)) || value.iter().any(|b| is_ctl(*b))
+        {
             return Err(HeadFault::ForbiddenByte);
         }
         if name.eq_ignore_ascii_case(b"content-length") {
@@ -272,6 +284,9 @@ mod tests {
             (&b"x"[..], &b"a\r\nb: c"[..], HeadFault::ForbiddenByte),
             (b"x", b"a\0", HeadFault::ForbiddenByte),
             (b"x\ny", b"a", HeadFault::ForbiddenByte),
+            (b"x y", b"a", HeadFault::ForbiddenByte),
+            (b"", b"a", HeadFault::ForbiddenByte),
+            (b"x", b"a\x01", HeadFault::ForbiddenByte),
             (
                 b"Transfer-Encoding",
                 b"chunked",
