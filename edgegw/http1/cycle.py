@@ -44,13 +44,6 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ANSWERED_BY_SERVER = "edgegw.answered_by_server"
 
 
-def _has_close(connection: bytes) -> bool:
-    """Whether a Connection header value holds the `close` option."""
-    return b"close" in connection.lower() and any(
-        token.strip() == b"close" for token in connection.lower().split(b",")
-    )
-
-
 class Host(Protocol):
     """What a request needs of the server it arrived on."""
 
@@ -126,7 +119,7 @@ class Cycle:
             "http_version": head.http_version.decode(),
             "method": head.method.decode(),
             "scheme": host.scheme,
-            "path": unquote(target.decode("ascii")),
+            "path": unquote(path) if "%" in (path := target.decode("ascii")) else path,
             "raw_path": target,
             "query_string": query,
             "root_path": "",
@@ -142,10 +135,9 @@ class Cycle:
         self.response = ResponseState.PENDING
         self.framing = Framing.NONE
         self.remaining = 0  # Content-Length bytes still to send
-        # HTTP/1.1 without `Connection: close` (h11's rule: HTTP/1.0 always closes).
-        self.keep_alive = head.http_version == b"1.1" and not any(
-            name == b"connection" and _has_close(value) for name, value in headers
-        )
+        # HTTP/1.1 without `Connection: close` (h11's rule: HTTP/1.0 always closes; the
+        # screen's keep_alive is RFC 9112's, which keeps a 1.0 `keep-alive` one open).
+        self.keep_alive = head.keep_alive and head.http_version == b"1.1"
         # RFC 9110 §10.1.1: the client waits for 100 Continue until it sends body bytes.
         self.awaits_continue = head.expect_continue and not self.body_done
         self.continue_sent = False
