@@ -78,8 +78,6 @@ async def send_retrying(
 ) -> Response:
     """`send()` until an answer worth keeping, at most `policy.attempts` times. The answer
     returned is open; those given up on are closed. `on_retry(reason)` is told each retry."""
-    if policy.attempts <= 1:  # no retry: no deadline to keep (most requests)
-        return await send()
     deadline = trio.current_time() + policy.deadline_s
     transport = REFUSED_ONLY if refused_only else RETRIED_TRANSPORT
     k = 0

@@ -146,14 +146,17 @@ class _Connection:
         if not self.plain:
             await self.stream.send_all(data)
             return
-        view = memoryview(data)
+        view: bytes | memoryview = data  # a view only once a write was partial
         while view:
             try:
                 sent = os.write(self.sock.fileno(), view)  # send(2), for a socket
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(self.sock)
                 continue
-            view = view[sent:]
+            if sent < len(view):
+                view = memoryview(view)[sent:]
+            else:
+                break
 
     def looks_alive(self) -> bool:
         """An idle keep-alive connection must have nothing to read: readable means the
