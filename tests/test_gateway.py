@@ -268,19 +268,24 @@ async def test_unreachable_upstream_is_502_and_timeout_is_504(
     assert orjson.loads(resp.body)["error"]["code"] == "upstream_timeout"
 
 
-async def test_stalled_stream_ends_with_error_event(
-    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
-) -> None:
-    # Virtual time: the waits are timers, the mock's pace (2 tokens/s) and the idle timeout.
-    gw = await start_gateway(nursery, upstream_env(mock, UPSTREAM_IDLE_TIMEOUT="200ms"))
-    mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=2, tokens=10)
+async def _paced_stream(gw: Gateway, mock: MockUpstream, rate: int) -> list[bytes]:
+    """The SSE data of a streamed chat whose 10 tokens the mock sends `rate` a second."""
+    mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=rate, tokens=10)
     resp = await request(
         gw.port,
         "POST",
         "/v1/chat/completions",
         orjson.dumps({"model": "openai/m", "messages": MESSAGES, "stream": True}),
     )
-    events = sse_data(resp.body)
+    return sse_data(resp.body)
+
+
+async def test_stalled_stream_ends_with_error_event(
+    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: the waits are timers, the mock's pace (2 tokens/s) and the idle timeout.
+    gw = await start_gateway(nursery, upstream_env(mock, UPSTREAM_IDLE_TIMEOUT="200ms"))
+    events = await _paced_stream(gw, mock, rate=2)
     assert b"[DONE]" not in events
     assert orjson.loads(events[-1])["error"]["code"] == "upstream_timeout"
 
@@ -297,14 +302,7 @@ async def test_a_stream_deadline_kept_through_the_writes_still_bounds_silence(
     # pump keeps one deadline through the writes, moved at most every 50 ms (edgegw.pump).
     env = upstream_env(mock, UPSTREAM_IDLE_TIMEOUT="200ms", SERVER_WRITE_STALL_TIMEOUT="100ms")
     gw = await start_gateway(nursery, env)
-    mock.config = type(mock.config)(api_key=UPSTREAM_KEY, token_rate=rate, tokens=10)
-    resp = await request(
-        gw.port,
-        "POST",
-        "/v1/chat/completions",
-        orjson.dumps({"model": "openai/m", "messages": MESSAGES, "stream": True}),
-    )
-    events = sse_data(resp.body)
+    events = await _paced_stream(gw, mock, rate=rate)
     if stalls:  # 500 ms between tokens
         assert b"[DONE]" not in events
         assert orjson.loads(events[-1])["error"]["code"] == "upstream_timeout"
