@@ -10,6 +10,8 @@ pub mod limits;
 pub mod otlp;
 pub mod otlp_trace;
 pub mod passthrough;
+pub mod relay;
+pub mod relay_loop;
 pub mod request;
 pub mod respond;
 pub mod sse;
@@ -576,8 +578,8 @@ mod binding {
     /// HTTP/1.1 response framing for the upstream client:
     /// `feed(bytes) -> ResponseFeed`, `feed_eof() -> ResponseFeed`, `reusable`, `done`.
     #[pyclass(module = "edgegw._core")]
-    struct ResponseParser {
-        inner: http1::ResponseParser,
+    pub(crate) struct ResponseParser {
+        pub(crate) inner: http1::ResponseParser,
     }
 
     impl ResponseParser {
@@ -935,6 +937,7 @@ mod binding {
         m.add_function(wrap_pyfunction!(imf_fixdate, m)?)?;
         crate::trace_binding::register(m)?;
         crate::limits_binding::register(m)?;
+        crate::relay_binding::register(m)?;
         Ok(())
     }
 }
@@ -946,3 +949,7 @@ mod trace_binding;
 /// The tenants' ledger's binding (rust/src/limits.rs).
 #[cfg(feature = "python")]
 mod limits_binding;
+
+/// The core relay's binding (rust/src/relay.rs, rust/src/relay_loop.rs).
+#[cfg(feature = "python")]
+mod relay_binding;
