@@ -517,11 +517,13 @@ class TraceRecord:
 # The relay thread (rust/src/relay_loop.rs): streams handed to it are relayed upstream socket
 # to client socket in Rust; `done_fd` turns readable when some ended, `finished()` names them,
 # `progress(id)` is (upstream reads, client writes, blocked on the client, what it waits for is
-# ready now), `take(id, parser)`
-# hands one back (ended or not) with the upstream framing restored into `parser`.
+# ready now), `take(id, parser)` hands one back (ended or not) with the upstream framing
+# restored into `parser`. `close()` stops the thread and closes its descriptors; after it
+# `take` finds nothing, `start` raises.
 @final
 class CoreRelay:
     def __new__(cls) -> Self: ...
+    def close(self) -> None: ...
     @property
     def done_fd(self) -> int: ...
     def start(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
 from edgegw.errors import OPENAI_SHAPE, Headers, invalid_content_length, payload_too_large
@@ -47,6 +47,22 @@ def request_id_of(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
                 return value.decode("ascii"), True
             break
     return new_request_id(), False
+
+
+class Direct(Protocol):
+    """The connection's own writer of an answer's body (edgegw.http1's cycle, on the plain
+    listener), for the core's relay to write to its socket (edgegw.handoff)."""
+
+    async def send(self, message: dict[str, Any]) -> None: ...
+
+    def direct_fd(self) -> int | None: ...
+
+    @property
+    def direct_stall_s(self) -> float: ...
+
+    def direct_gone(self) -> None: ...
+
+    async def direct_stalled(self) -> None: ...
 
 
 class ClientGone(Exception):
@@ -146,6 +162,12 @@ class Call:
         other.trace_context, other.trace_content = self.trace_context, self.trace_content
         other.errors = self.errors
         return other
+
+    def direct(self) -> Direct | None:
+        """The connection's writer, when this call's answer goes to it unchanged (not a
+        capture, not Hypercorn, not TLS)."""
+        direct: Direct | None = self.scope.get("edgegw.direct")  # edgegw.http1.cycle.DIRECT
+        return direct if direct is not None and direct.send == self._send else None
 
     @property
     def final_status(self) -> int | None:

@@ -8,7 +8,7 @@ Every exchange runs in `Exchanges.open()`: a cancel scope registered with the
 
 Its steps are written once: a whole answer (`read_answer`: open, send, screen, allow, read,
 close) and a stream into a sink (`stream`: open, send, screen, refusal or head, the pump of
-edgegw.pump, close); `forward`, `relay_sse`, the MCP rounds and /proxy's relays are built on
+edgegw.pump or the core's relay thread (edgegw.handoff), close); `forward`, `relay_sse`, the MCP rounds and /proxy's relays are built on
 them. Remote streams are relayed as the upstream's bytes, only tapped; an upstream error
 becomes the envelope with its status, or is relayed as sent on the native-API routes.
 """
@@ -28,6 +28,7 @@ from edgegw.answer import Ending, Outcome, SseWriter
 from edgegw.asgi import Call, Receive
 from edgegw.bodies import BufferBudget, read_whole, scrub
 from edgegw.errors import GatewayError, Headers, shutting_down, upstream_error, upstream_timeout
+from edgegw.handoff import Handoff, Relayed
 from edgegw.pump import RelaySink, Sink, StreamCheck, pump
 from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
 from edgegw.tap import TAP_WHOLE_MAX, TAPS, usage_of
@@ -200,6 +201,8 @@ class Exchanges:
     retry: RetryPolicy = NO_RETRY
     # The longest a relayed stream's write to the client may block (edgegw.pump's `write_s`).
     write_timeout_s: float = math.inf
+    # The core's relay thread, for the streams it can relay (edgegw.handoff); None: the pump.
+    handoff: Handoff | None = None
 
     async def send(self, call: Call, up: UpstreamRequest) -> Response:
         """The request sent, and sent again as `up.retry` and the policy allow; each attempt
@@ -320,8 +323,9 @@ class Exchanges:
         """The stream operation, its steps in this order: open (the first-byte deadline),
         send, screen; an answer that is no stream (not 2xx) goes to `refused`, its body
         read within the idle deadline; else `start` (the head to the client) and the pump
-        into `sink`, silence bounded per piece; the response closed. The exchange is
-        returned for the caller's writer to settle."""
+        into `sink` (or the core's relay, for a `RelaySink` it can take), silence bounded
+        per piece; the response closed. The exchange is returned for the caller's writer
+        to settle."""
         with self.open(call, self.first_byte_timeout_s) as ex:
             resp = await self.send(call, up)
             try:
@@ -334,7 +338,13 @@ class Exchanges:
                 ex.scope.deadline = math.inf  # from here on only silence is bounded
                 await start(resp)
                 try:
-                    await pump(resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s)
+                    relayed = Relayed.NO
+                    if self.handoff is not None and isinstance(sink, RelaySink):
+                        relayed = await self.handoff.relay(call, resp, sink, self.idle_timeout_s)
+                    if relayed is Relayed.NO:
+                        await pump(resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s)
+                    elif relayed is Relayed.CLIENT_GONE:
+                        ex.client_gone = True
                 except Exception:
                     # The head is out: the only honest end left is an error event.
                     log.exception("stream relay failed")

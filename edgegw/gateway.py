@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from edgegw.auth.client_keys import ClientKeys
 from edgegw.bodies import BufferBudget
 from edgegw.exchange import DisconnectWatch, Exchanges
+from edgegw.handoff import Handoff
 from edgegw.intake import Intake
 from edgegw.local.contract import SdkVersionLog
 from edgegw.local.fleet import Fleet
@@ -25,7 +26,8 @@ from edgegw.tenants.budgets import Usage, store_path
 from edgegw.tenants.pricing import Prices
 from edgegw.upstream import UpstreamPool
 
-if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
+if TYPE_CHECKING:
+    # each loaded only when enabled: the MCP SDK takes a second to import,
     # PyJWT and cryptography a quarter of one
     from edgegw.auth.verifier import OidcVerifier
     from edgegw.guardrails.check import Guardrails
@@ -80,7 +82,11 @@ class Gateway:
 
 
 def build_gateway(
-    settings: Settings, pool: UpstreamPool, watch: DisconnectWatch, telemetry: Telemetry
+    settings: Settings,
+    pool: UpstreamPool,
+    watch: DisconnectWatch,
+    telemetry: Telemetry,
+    handoff: Handoff | None = None,
 ) -> Gateway:
     targets = {pid: Target(cfg) for pid, cfg in settings.providers.items()}
     fleet = Fleet(settings.local_models, pool)
@@ -110,6 +116,7 @@ def build_gateway(
             # gives the client up, a stream check's external call on top (edgegw.pump).
             write_timeout_s=settings.write_stall_timeout_s
             + (settings.guardrails.external_timeout_s if settings.guardrails.enabled else 0.0),
+            handoff=handoff,
         ),
         resolver=Resolver(settings, targets, fleet.models),
         fleet=fleet,

@@ -16,6 +16,7 @@ import trio
 from edgegw.app import App
 from edgegw.exchange import DisconnectWatch
 from edgegw.gateway import build_gateway
+from edgegw.handoff import Handoff
 from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, ConnectionLimits
 from edgegw.http1.server import open_listener, raise_nofile, serve_http1
 from edgegw.http1.tls import server_context
@@ -66,6 +67,7 @@ async def serve(
     shutdown_trigger: Any = None,
     pool: UpstreamPool | None = None,
     telemetry: Telemetry | None = None,
+    handoff: Handoff | None = None,
     bind: str | None = None,
     metrics_socket: str | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -88,11 +90,16 @@ async def serve(
     watch = DisconnectWatch()
     if telemetry is None:
         telemetry = Telemetry(settings)
-    gw = build_gateway(settings, pool, watch, telemetry)
+    # The core's relay thread serves the streams of edgegw.http1's plain listener.
+    if handoff is None and settings.stream_relay == "core" and settings.server == "edgegw":
+        handoff = Handoff()
+    gw = build_gateway(settings, pool, watch, telemetry, handoff)
     app = App(gw)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(watch.run)
+            if handoff is not None:
+                await nursery.start(handoff.run)
             await nursery.start(gw.client_keys.run)
             # The tenants' usage file (budgets survive a restart); unusable, the start stops.
             await nursery.start(gw.tenancy.usage.run)
@@ -157,6 +164,8 @@ async def serve(
                 )
             nursery.cancel_scope.cancel()
     finally:
+        if handoff is not None:  # every request task is over: no stream is in its table
+            handoff.core.close()
         with trio.CancelScope(shield=True):
             await pool.aclose()
             if telemetry.tracing is not None:

@@ -182,6 +182,9 @@ class Settings:
     local_models: tuple[LocalModel, ...] = ()
     # What serves plain HTTP/1.1 (EDGEGW_SERVER): "edgegw" (edgegw.http1) or "hypercorn".
     server: str = "edgegw"
+    # Who relays a stream no Python must see event by event (EDGEGW_STREAM_RELAY): "core"
+    # (the Rust core's relay thread, edgegw.handoff) or "trio" (the pump, edgegw.pump).
+    stream_relay: str = "core"
     # The connection layer's bounds; reasons and counterparts in edgegw.http1.limits.
     header_timeout_s: float = DEFAULT_LIMITS.header_timeout_s
     body_idle_timeout_s: float = DEFAULT_LIMITS.body_idle_timeout_s
@@ -492,6 +495,11 @@ def _build(env: Mapping[str, str], overrides: Mapping[str, object]) -> Settings:
         if name not in ("edgegw", "hypercorn"):
             raise SettingsError("EDGEGW_SERVER: expected edgegw or hypercorn")
         kw["server"] = name
+    if v := env.get("EDGEGW_STREAM_RELAY"):
+        name = v.strip().lower()
+        if name not in ("core", "trio"):
+            raise SettingsError("EDGEGW_STREAM_RELAY: expected core or trio")
+        kw["stream_relay"] = name
     for row in SETTABLE:  # the connection layer's limits (edgegw.http1.limits)
         if row.env and (v := env.get(row.env)):
             if row.unit == "s":

@@ -555,6 +555,20 @@ class Response:
                 return fed.body
         return b""
 
+    def hand_over(self) -> tuple[int, ResponseParser, bytes, bool] | None:
+        """For the core's relay to read the rest of the body itself: (the connection's
+        descriptor, the body's framing, the body bytes read with the head, whether the body
+        ended with them). None when its bytes need Python: TLS, or a content coding."""
+        coding = (self.header(b"content-encoding") or b"").strip().lower()
+        if not self._conn.plain or self._closed or coding not in (b"", b"identity"):
+            return None
+        first, self._pending = self._pending, b""
+        return self._conn.sock.fileno(), self._parser, first, self._done
+
+    def taken_back(self) -> None:
+        """The relay gave the body back: `_parser` says where it stopped."""
+        self._done = self._parser.done
+
     async def read(self, limit: int) -> bytes:
         parts: list[bytes] = []
         size = 0

@@ -16,6 +16,7 @@ import trio
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from edgegw.handoff import Handoff
 from edgegw.mock import MockConfig, MockUpstream
 from edgegw.server import serve
 from edgegw.settings import Settings
@@ -60,6 +61,8 @@ class Gateway:
     pool: UpstreamPool
     settings: Settings
     telemetry: Telemetry
+    # The core's relay thread (None with EDGEGW_STREAM_RELAY=trio): `handed` counts its streams.
+    handoff: Handoff | None = None
 
     @property
     def metrics_port(self) -> int:
@@ -81,8 +84,11 @@ async def start_gateway(
         max_per_host=settings.pool_max_per_host,
     )
     telemetry = Telemetry(settings)
+    handoff = Handoff() if settings.stream_relay == "core" else None
     binds = await nursery.start(
-        lambda task_status: serve(settings, pool=pool, telemetry=telemetry, task_status=task_status)
+        lambda task_status: serve(
+            settings, pool=pool, telemetry=telemetry, handoff=handoff, task_status=task_status
+        )
     )
     base = binds[0]
     return Gateway(
@@ -91,6 +97,7 @@ async def start_gateway(
         pool=pool,
         settings=settings,
         telemetry=telemetry,
+        handoff=handoff,
     )
 
 

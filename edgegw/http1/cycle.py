@@ -42,6 +42,9 @@ DISCONNECT = {"type": "http.disconnect"}
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # The scope key of the status the layer answers with itself after cancelling the app.
 ANSWERED_BY_SERVER = "edgegw.answered_by_server"
+# The scope key of the cycle itself, for a relay that writes the answer's body to the socket
+# directly (edgegw.asgi.Call.direct); removed when the request ends.
+DIRECT = "edgegw.direct"
 
 
 class Host(Protocol):
@@ -179,6 +182,8 @@ class Cycle:
         """Run the app for this request; True when the connection may serve another."""
         wire = self.wire
         app_failed = False
+        if type(wire) is Wire:  # not TLS: the socket carries the body's bytes as they are
+            self.scope[DIRECT] = self
         with self.app_scope:
             try:
                 await self.host.app(self.scope, self.receive, self.send)
@@ -207,6 +212,7 @@ class Cycle:
     async def _end(self) -> None:
         """The request is over: a receive() still blocked elsewhere stops reading."""
         self.over = True
+        self.scope.pop(DIRECT, None)  # the scope refers to the cycle no longer: no cycle
         if self.reader_active and self.read_scope is not None:
             self.reader_exit = trio.Event()
             self.read_scope.cancel()
@@ -343,9 +349,40 @@ class Cycle:
                 self.response = ResponseState.SENDING
                 await self._write(head)
 
+    # -- the body written by the core's relay (edgegw.handoff) ------------------------------
+
+    def direct_fd(self) -> int | None:
+        """The socket's descriptor while body bytes may go to it as the relay frames them
+        (chunked, the head out, nothing held, the client there); None otherwise."""
+        if (
+            self.response is not ResponseState.SENDING
+            or self.framing is not Framing.CHUNKED
+            or self.held
+            or self.wire.gone
+        ):
+            return None
+        return self.wire.sock.fileno()
+
+    @property
+    def direct_stall_s(self) -> float:
+        return self.wire.write_stall_timeout_s
+
+    def direct_gone(self) -> None:
+        """A direct write found the client gone."""
+        self.wire.lost()
+
+    async def direct_stalled(self) -> None:
+        """A direct write made no progress for `direct_stall_s`: as `_write`'s stall."""
+        self.wire.stalled = True
+        self.wire.lost()
+        await self._stalled()
+
     async def _write(self, data: bytes) -> None:
         wire = self.wire
         if not await wire.write(data) and wire.stalled:
-            log.info("a write stalled for %ss: connection closed", wire.write_stall_timeout_s)
-            self.app_scope.cancel()
-            await trio.lowlevel.checkpoint()  # raises Cancelled in the app
+            await self._stalled()
+
+    async def _stalled(self) -> None:
+        log.info("a write stalled for %ss: connection closed", self.wire.write_stall_timeout_s)
+        self.app_scope.cancel()
+        await trio.lowlevel.checkpoint()  # raises Cancelled in the app

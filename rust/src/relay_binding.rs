@@ -13,9 +13,19 @@ use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 /// The relay thread: `start` hands it a stream, `done_fd` is readable when some finished,
 /// `finished()` says which, `progress(id)` reads a stream's counters, `take(id, parser)`
 /// takes one back (finished or not) with the upstream's framing restored into `parser`.
-#[pyclass(frozen, module = "edgegw._core")]
+/// `close()` stops the thread and closes its descriptors (the server's, when it is done);
+/// after it `take` finds nothing and `start` raises.
+#[pyclass(module = "edgegw._core")]
 struct CoreRelay {
-    inner: RelayLoop,
+    inner: Option<RelayLoop>,
+}
+
+impl CoreRelay {
+    fn running(&self) -> PyResult<&RelayLoop> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| PyOSError::new_err("the relay thread is closed"))
+    }
 }
 
 /// A stream taken back: how it ended (`ended`: over whole; `code`/`message`: a fault whose
@@ -55,12 +65,16 @@ impl CoreRelay {
     #[new]
     fn new() -> PyResult<Self> {
         let inner = RelayLoop::new().map_err(|e| PyOSError::new_err(e.to_string()))?;
-        Ok(CoreRelay { inner })
+        Ok(CoreRelay { inner: Some(inner) })
     }
 
     #[getter]
-    fn done_fd(&self) -> i32 {
-        self.inner.done_fd()
+    fn done_fd(&self) -> PyResult<i32> {
+        Ok(self.running()?.done_fd())
+    }
+
+    fn close(&mut self) {
+        self.inner = None; // joins the thread; its descriptors close with the last reference
     }
 
     /// Hands a stream over; its framing state is moved out of `parser`. `first`: body
@@ -76,7 +90,8 @@ impl CoreRelay {
         hide_usage: bool,
         first: &[u8],
         complete: bool,
-    ) -> u64 {
+    ) -> PyResult<u64> {
+        let relay_loop = self.running()?;
         let framing = std::mem::replace(
             &mut parser.borrow_mut().inner,
             crate::http1::ResponseParser::new(false),
@@ -87,16 +102,18 @@ impl CoreRelay {
             hide_usage,
             DEFAULT_MAX_EVENT_BYTES,
         );
-        self.inner
-            .start(upstream_fd, client_fd, relay, first, complete)
+        Ok(relay_loop.start(upstream_fd, client_fd, relay, first, complete))
     }
 
     fn finished(&self) -> Vec<u64> {
-        self.inner.finished()
+        self.inner
+            .as_ref()
+            .map(RelayLoop::finished)
+            .unwrap_or_default()
     }
 
     fn progress(&self, id: u64) -> Option<(u64, u64, bool, bool)> {
-        self.inner.progress(id)
+        self.inner.as_ref()?.progress(id)
     }
 
     fn take(
@@ -105,7 +122,7 @@ impl CoreRelay {
         id: u64,
         parser: &Bound<'_, ResponseParser>,
     ) -> Option<RelayEnd> {
-        let mut s = self.inner.take(id)?;
+        let mut s = self.inner.as_ref()?.take(id)?;
         parser.borrow_mut().inner = s.relay.take_parser();
         let (ended, fault, client_gone) = match &s.end {
             None => (false, None, false),
@@ -146,7 +163,7 @@ impl CoreRelay {
     }
 
     fn __len__(&self) -> usize {
-        self.inner.len()
+        self.inner.as_ref().map_or(0, RelayLoop::len)
     }
 }
 
