@@ -86,7 +86,8 @@ CELLS = {
     "rps64_slow50": ("mock_direct", "go_proxy", "edgegw"),
 }
 CAPACITY = FAST + WORKERS
-PEERS = ("inference_gateway", "nginx_proxy")  # with --inference-gateway / --nginx
+# With --inference-gateway / --nginx / --pump (edgegw relaying streams with the Python pump).
+PEERS = ("inference_gateway", "nginx_proxy", "edgegw_pump")
 # The bodies without the `openai/` prefix: for the mock itself and the plain proxies.
 DIRECT = ("mock_direct", "go_proxy", "nginx_proxy")
 
@@ -118,7 +119,8 @@ http {{
 
 def peers(ns: argparse.Namespace) -> tuple[str, ...]:
     """The peers this run was given."""
-    given = {"inference_gateway": ns.inference_gateway, "nginx_proxy": ns.nginx}
+    given = {"inference_gateway": ns.inference_gateway, "nginx_proxy": ns.nginx,
+             "edgegw_pump": ns.pump}  # fmt: skip
     return tuple(t for t in PEERS if given[t])
 
 
@@ -213,6 +215,10 @@ class Rig:
                 p = free_port()
                 start(name, kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B, None,
                       edgegw_env(up, workers))  # fmt: skip
+            if ns.pump:
+                p = free_port()
+                start("edgegw_pump", kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B,
+                      None, edgegw_env(up, 1, {"EDGEGW_STREAM_RELAY": "trio"}))  # fmt: skip
         for kind in self.kinds:  # the one worker again, re-pinned for its cells
             self.port["edgegw_w1_unpinned", kind] = self.port["edgegw", kind]
             self.pid["edgegw_w1_unpinned", kind] = self.pid["edgegw", kind]
@@ -476,6 +482,9 @@ def add_arguments(p: argparse.ArgumentParser, scenario: str) -> None:
                         "target of every cell")  # fmt: skip
     p.add_argument("--nginx", nargs="?", const="nginx", metavar="PATH",
                    help="nginx (default: on PATH) as a proxy_pass target of every cell")  # fmt: skip
+    p.add_argument("--pump", action="store_true",
+                   help="edgegw relaying streams with its Python pump (EDGEGW_STREAM_RELAY=trio) "
+                        "beside the core's relay: a target of every cell")  # fmt: skip
     p.add_argument("--cost-targets", nargs="+", choices=CAPACITY + PEERS, default=["edgegw"],
                    help="cost: the targets measured (a peer only when given)")  # fmt: skip
     p.add_argument("--max-streams", type=int, default=4096)
@@ -492,4 +501,4 @@ SMOKE = ["--rounds", "1", "--seconds", "0.2", "--step-seconds", "0.2", "--budget
          "--start", "4", "--max-streams", "4", "--cost-streams", "4", "--tokens", "4",
          "--token-rate", "200", "--first-token-ms", "10", "--gap-p99-ms", "1000",
          "--pause-s", "0", "--step-pause-s", "0.2", "--max-wait", "0",
-         "--nginx", "--cost-targets", "edgegw", "nginx_proxy"]  # fmt: skip
+         "--nginx", "--pump", "--cost-targets", "edgegw", "nginx_proxy", "edgegw_pump"]  # fmt: skip

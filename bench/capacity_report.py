@@ -69,7 +69,7 @@ def summarise(out: Result) -> Result:
                 rps["edgegw_w2_unpinned"]["rps"], rps["edgegw_w1_unpinned"]["rps"]
             ),
         }
-        for peer in ("inference_gateway", "nginx_proxy"):
+        for peer in ("inference_gateway", "nginx_proxy", "edgegw_pump"):
             if peer in rps:
                 s["ratios"].update(_against(peer, rps, lat, st))
     cap = out.get("capacity")
@@ -103,12 +103,13 @@ def summarise(out: Result) -> Result:
     cost = out.get("cost")
     if cost:
         s["cost"] = {t: {n: _cost(steps) for n, steps in per.items()} for t, per in cost.items()}
-        ig = s["cost"].get("inference_gateway", {})
-        for n, c in s["cost"].get("edgegw", {}).items():
-            if n in ig:
-                s.setdefault("ratios", {})[f"cost_{n}_edgegw_vs_inference_gateway"] = ratio(
-                    c["cpu_us_per_event"], ig[n]["cpu_us_per_event"]
-                )
+        for peer in ("inference_gateway", "edgegw_pump"):
+            other = s["cost"].get(peer, {})
+            for n, c in s["cost"].get("edgegw", {}).items():
+                if n in other:
+                    s.setdefault("ratios", {})[f"cost_{n}_edgegw_vs_{peer}"] = ratio(
+                        c["cpu_us_per_event"], other[n]["cpu_us_per_event"]
+                    )
     return s
 
 
@@ -159,7 +160,7 @@ def print_table(out: Result) -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     targets = {t for per in cells.values() for t in per} | set(cap)
     order = ("mock_direct", "nginx_proxy", "go_proxy", "inference_gateway", "bare_server",
-             "edgegw", "edgegw_w1_unpinned", "edgegw_w2_unpinned")  # fmt: skip
+             "edgegw_pump", "edgegw", "edgegw_w1_unpinned", "edgegw_w2_unpinned")  # fmt: skip
     for t in (t for t in order if t in targets):
 
         def c(cell: str, key: str, spec: str = ",.0f", t: str = t) -> str:

@@ -4,7 +4,7 @@ the project's venv (the OTLP seeds need opentelemetry-proto, from the test extra
 
     python fuzz/seeds.py
 
-Inputs of the cut targets (sse, http1_response) start with the cut points: one byte k, then
+Inputs of the cut targets (sse, http1_response, relay) start with the cut points: one byte k, then
 k little-endian u16 offsets (fuzz/src/lib.rs `cuts`).
 """
 
@@ -236,6 +236,29 @@ HTTP1 = {
     ),
 }
 
+# The relay target: a whole upstream response (bit 4 of the first byte withholds usage).
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+KEYED = b'data: {"error":{"message":"bad key sk-k3y"}}\n\n'
+
+
+def hiding_usage(seed: bytes) -> bytes:
+    return bytes([seed[0] | 0x10]) + seed[1:]
+
+
+RELAY = {
+    "chunked": with_cuts(
+        SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + SSE_CHUNKED + b"0\r\n\r\n", 70, 71, 160
+    ),
+    "usage_withheld": hiding_usage(
+        with_cuts(SSE_HEAD + b"Content-Length: %d\r\n\r\n" % len(OPENAI_STREAM) + OPENAI_STREAM, 90)
+    ),
+    "to_the_close": with_cuts(SSE_HEAD + b"\r\n" + ANTHROPIC_STREAM, 60, 61),
+    "key_quoted": with_cuts(SSE_HEAD + b"\r\n" + KEYED + b"data: [DONE]\n\n", 80, 81),
+    "cut_mid_event": with_cuts(
+        SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + SSE_CHUNKED[:150], 75
+    ),
+}
+
 
 def attrs(**kv: str) -> list[KeyValue]:
     return [KeyValue(key=k, value=AnyValue(string_value=v)) for k, v in kv.items()]
@@ -370,6 +393,7 @@ def main() -> None:
         "guard": GUARD,
         "respond": RESPOND,
         "ledger": LEDGER,
+        "relay": RELAY,
     }.items():
         folder = CORPUS / target
         folder.mkdir(parents=True, exist_ok=True)
