@@ -129,7 +129,7 @@ def _settle(end: RelayEnd, writer: SseWriter, outcome: Outcome, started: float) 
         outcome.first_chunk_at = started + end.first_write_s
     if end.last_write_s is not None:
         outcome.last_write_at = started + end.last_write_s
-    if end.gaps is not None and sum(end.gaps) > 0:
+    if end.gaps is not None:  # None before a second write
         gaps = outcome.gaps = outcome.gaps or GapCounts()
         gaps.counts = [a + b for a, b in zip(gaps.counts, end.gaps, strict=True)]
         gaps.total += end.gap_total
