@@ -516,10 +516,11 @@ class TraceRecord:
 
 # The relay thread (rust/src/relay_loop.rs): streams handed to it are relayed upstream socket
 # to client socket in Rust; `done_fd` turns readable when some ended, `finished()` names them,
-# `progress(id)` is (upstream reads, client writes, blocked on the client, what it waits for is
-# ready now), `take(id, parser)` hands one back (ended or not) with the upstream framing
-# restored into `parser`. `close()` stops the thread and closes its descriptors; after it
-# `take` finds nothing, `start` raises.
+# `overdue(now)` names those still for their limit at `now` on the caller's clock (`idle_s`
+# reading the upstream, `stall_s` blocked on the client, given to `start` with the hand-over's
+# time), each with whether it is the client that stalled; `take(id, parser)` hands one back
+# (ended or not) with the upstream framing restored into `parser`. `close()` stops the thread
+# and closes its descriptors; after it `take` finds nothing, `start` raises.
 @final
 class CoreRelay:
     def __new__(cls) -> Self: ...
@@ -535,9 +536,12 @@ class CoreRelay:
         hide_usage: bool,
         first: bytes,
         complete: bool,
+        now: float,
+        idle_s: float,
+        stall_s: float,
     ) -> int: ...
     def finished(self) -> list[int]: ...
-    def progress(self, id: int) -> tuple[int, int, bool, bool] | None: ...
+    def overdue(self, now: float) -> list[tuple[int, bool]]: ...
     def take(self, id: int, parser: ResponseParser) -> RelayEnd | None: ...
     def __len__(self) -> int: ...
 

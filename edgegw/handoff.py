@@ -9,11 +9,12 @@ takes it back and does what the pump would have done at the end: the tap's piece
 outcome, the client writes' times into TTFT and the gaps, and the stream's last words (the
 terminator, or the error event) written through the cycle as any other send.
 
-The deadlines stay here, on Trio's clock: every `slack` (as the pump's, edgegw.pump) the
-task reads the stream's counters; a silence of `idle_s` (nothing read, nothing waiting to
-be read) fails it `upstream_timeout`, a client write blocked for the connection's write
-stall timeout gives the client up, as the connection layer's own writes do. A disconnect
-or a drain cancels the wait; the stream is taken back before anything else runs.
+The deadlines stay on Trio's clock: one task (`Handoff.run`) asks the core every `slack`
+(the least of the waiting streams', as the pump's, edgegw.pump) which streams are overdue;
+a silence of `idle_s` (nothing read, nothing waiting to be read) fails a stream
+`upstream_timeout`, a client write blocked for the connection's write stall timeout gives
+the client up, as the connection layer's own writes do. A disconnect or a drain cancels the
+request's wait; the stream is taken back before anything else runs.
 bench/README.md ("The relay in the core") has what it changed.
 """
 
@@ -39,25 +40,57 @@ class Relayed(enum.Enum):
     CLIENT_GONE = "client_gone"  # relayed until the client went away
 
 
+class _Waiter:
+    """A request's task waiting for its stream's end; `stalled` when a deadline ended it."""
+
+    __slots__ = ("ended", "slack", "stalled")
+
+    def __init__(self, slack: float) -> None:
+        self.ended = trio.Event()
+        self.slack = slack
+        self.stalled = ""  # "upstream" (silent for idle_s) or "client" (blocked for stall_s)
+
+
 class Handoff:
     """The process's relay thread and the streams waiting on it. `run` (in the server's
-    nursery) wakes each stream's task when the thread reports its end."""
+    nursery) wakes each stream's task when the thread reports its end or a deadline passes."""
 
-    __slots__ = ("core", "_waiting", "handed")
+    __slots__ = ("core", "_waiting", "_nap", "handed")
 
     def __init__(self) -> None:
         self.core = CoreRelay()
-        self._waiting: dict[int, trio.Event] = {}
+        self._waiting: dict[int, _Waiter] = {}
+        self._nap = trio.CancelScope()  # the watch's wait for its next check
         self.handed = 0  # streams relayed by the core since the start
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._reap)
+            nursery.start_soon(self._watch)
+            task_status.started()
+
+    async def _reap(self) -> None:
         core, waiting = self.core, self._waiting
-        task_status.started()
         while True:
             await trio.lowlevel.wait_readable(core.done_fd)
             for sid in core.finished():
-                if (event := waiting.get(sid)) is not None:
-                    event.set()
+                if (waiter := waiting.get(sid)) is not None:
+                    waiter.ended.set()
+
+    async def _watch(self) -> None:
+        # One wake-up for every stream's deadlines: a timed wait per stream, woken every slack,
+        # was most of this thread's time on paced streams (bench/README.md).
+        core, waiting = self.core, self._waiting
+        while True:
+            with trio.CancelScope() as self._nap:  # `relay` brings a later deadline forward
+                if waiting:
+                    slack = min(w.slack for w in waiting.values())
+                    self._nap.deadline = trio.current_time() + slack
+                await trio.sleep_forever()
+            for sid, blocked in core.overdue(trio.current_time()):
+                if (waiter := waiting.get(sid)) is not None and not waiter.ended.is_set():
+                    waiter.stalled = "client" if blocked else "upstream"
+                    waiter.ended.set()
 
     async def relay(self, call: Call, resp: Response, sink: RelaySink, idle_s: float) -> Relayed:
         """The stream relayed by the core, to its end, when no Python must see its events."""
@@ -70,41 +103,25 @@ class Handoff:
         if handed is None:
             return Relayed.NO
         upstream_fd, parser, first, complete = handed
-        core = self.core
-        sid = core.start(
-            upstream_fd, client_fd, parser, sink.secret, sink.hidden_usage, first, complete
-        )
-        self.handed += 1
         started = trio.current_time()
-        ended = self._waiting[sid] = trio.Event()
-        stall_s = direct.direct_stall_s
-        slack = min(1.0, idle_s / 4)
-        stalled = ""
+        sid = self.core.start(
+            upstream_fd, client_fd, parser, sink.secret, sink.hidden_usage, first, complete,
+            started, idle_s, direct.direct_stall_s,
+        )  # fmt: skip
+        self.handed += 1
+        waiter = self._waiting[sid] = _Waiter(min(1.0, idle_s / 4))
+        self._nap.deadline = min(self._nap.deadline, started + waiter.slack)
         try:
-            seen = None
-            since = started
-            while True:
-                with trio.move_on_after(slack):
-                    await ended.wait()
-                    break
-                progress = core.progress(sid)
-                assert progress is not None  # only this task takes it out
-                now = trio.current_time()
-                reads, writes, blocked, ready = progress
-                if ready or (reads, writes, blocked) != seen:
-                    seen, since = (reads, writes, blocked), now
-                elif now - since >= (stall_s if blocked else idle_s):
-                    stalled = "client" if blocked else "upstream"
-                    break
+            await waiter.ended.wait()
         finally:
             del self._waiting[sid]
-            end = core.take(sid, parser)
+            end = self.core.take(sid, parser)
             resp.taken_back()
             assert end is not None
             _settle(end, sink.writer, sink.outcome, started)
         writer = sink.writer
         if end.running:  # taken back on a deadline
-            if stalled == "client":
+            if waiter.stalled == "client":
                 await direct.direct_stalled()  # raises Cancelled: the connection is given up
             await writer.fail(*STALLED)
         elif end.client_gone:

@@ -11,8 +11,9 @@ use crate::relay_loop::{End, RelayLoop};
 use crate::sse::DEFAULT_MAX_EVENT_BYTES;
 
 /// The relay thread: `start` hands it a stream, `done_fd` is readable when some finished,
-/// `finished()` says which, `progress(id)` reads a stream's counters, `take(id, parser)`
-/// takes one back (finished or not) with the upstream's framing restored into `parser`.
+/// `finished()` says which, `overdue(now)` which made no progress for their limit by the
+/// caller's clock, `take(id, parser)` takes one back (finished or not) with the upstream's
+/// framing restored into `parser`.
 /// `close()` stops the thread and closes its descriptors (the server's, when it is done);
 /// after it `take` finds nothing and `start` raises.
 #[pyclass(module = "edgegw._core")]
@@ -78,8 +79,11 @@ impl CoreRelay {
     }
 
     /// Hands a stream over; its framing state is moved out of `parser`. `first`: body
-    /// bytes read with the head; `complete`: the body ended with them.
-    #[pyo3(signature = (upstream_fd, client_fd, parser, secret, hide_usage, first, complete))]
+    /// bytes read with the head; `complete`: the body ended with them. `now`, `idle_s` and
+    /// `stall_s`: its deadlines on the caller's clock (`overdue`).
+    #[pyo3(signature = (
+        upstream_fd, client_fd, parser, secret, hide_usage, first, complete, now, idle_s, stall_s
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn start(
         &self,
@@ -90,6 +94,9 @@ impl CoreRelay {
         hide_usage: bool,
         first: &[u8],
         complete: bool,
+        now: f64,
+        idle_s: f64,
+        stall_s: f64,
     ) -> PyResult<u64> {
         let relay_loop = self.running()?;
         let framing = std::mem::replace(
@@ -102,7 +109,13 @@ impl CoreRelay {
             hide_usage,
             DEFAULT_MAX_EVENT_BYTES,
         );
-        Ok(relay_loop.start(upstream_fd, client_fd, relay, first, complete))
+        Ok(relay_loop.start(
+            upstream_fd,
+            client_fd,
+            relay,
+            (first, complete),
+            (now, idle_s, stall_s),
+        ))
     }
 
     fn finished(&self) -> Vec<u64> {
@@ -112,8 +125,11 @@ impl CoreRelay {
             .unwrap_or_default()
     }
 
-    fn progress(&self, id: u64) -> Option<(u64, u64, bool, bool)> {
-        self.inner.as_ref()?.progress(id)
+    fn overdue(&self, now: f64) -> Vec<(u64, bool)> {
+        self.inner
+            .as_ref()
+            .map(|l| l.overdue(now))
+            .unwrap_or_default()
     }
 
     fn take(

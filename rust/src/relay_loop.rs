@@ -10,9 +10,10 @@
 //! reading (the upstream's own flow control then holds the rest). A stream that ends (over
 //! whole, a fault, the client gone) is put on the finished list and the gateway is woken
 //! through one eventfd (`done_fd`); it then takes the stream back with what it counted, and
-//! writes the stream's end itself. Deadlines stay with the gateway: it reads the stream's
-//! progress counters (`progress`) at its own pace, and takes a stream back at any time
-//! (a disconnect, a drain, a stall), after which the thread never touches its sockets.
+//! writes the stream's end itself. Deadlines stay on the gateway's clock: one task of the
+//! gateway calls `overdue(now)` at its own pace, which says which streams made no progress
+//! for their limit by that clock, and it takes a stream back at any time (a disconnect, a
+//! drain, a stall), after which the thread never touches its sockets.
 //!
 //! The only unsafe code of the core is here: the raw system calls on descriptors Python
 //! owns. Each is a plain read/send/epoll_ctl on a descriptor that stays open while the
@@ -62,6 +63,13 @@ pub struct Stream {
     /// watch these move.
     pub reads: u64,
     pub writes: u64,
+    /// The deadlines, on the gateway's clock: the counters and `blocked` as last seen by
+    /// `overdue`, when (`since`) they last moved, and how long they may stay still: `idle`
+    /// while reading the upstream, `stall` while blocked on the client.
+    seen: (u64, u64, bool),
+    since: f64,
+    idle: f64,
+    stall: f64,
     pub end: Option<End>,
     finished: bool,
     started: Instant,
@@ -274,14 +282,15 @@ impl RelayLoop {
     }
 
     /// Hands a stream over: `first` is body read with the head, `complete` when the body
-    /// ended with it. Its first bytes are written here, at once.
+    /// ended with it; `deadlines` (now, idle, stall) on the gateway's clock (`overdue`). Its
+    /// first bytes are written here, at once.
     pub fn start(
         &self,
         up: RawFd,
         client: RawFd,
         relay: Relay,
-        first: &[u8],
-        complete: bool,
+        (first, complete): (&[u8], bool),
+        (now, idle, stall): (f64, f64, f64),
     ) -> u64 {
         let mut state = self.shared.lock();
         let id = state.next_id;
@@ -295,6 +304,10 @@ impl RelayLoop {
             blocked: false,
             reads: 0,
             writes: 0,
+            seen: (0, 0, false),
+            since: now,
+            idle,
+            stall,
             end: None,
             finished: false,
             started: Instant::now(),
@@ -325,19 +338,34 @@ impl RelayLoop {
         std::mem::take(&mut self.shared.lock().finished)
     }
 
-    /// (reads, writes, blocked, ready) of a stream still in the table: `ready` when what it
-    /// waits for (the upstream readable, or the client writable while blocked) already is,
-    /// so bytes the thread has not yet got to are never taken for a silence.
-    pub fn progress(&self, id: u64) -> Option<(u64, u64, bool, bool)> {
-        let state = self.shared.lock();
-        state.streams.get(&id).map(|s| {
-            let ready = if s.blocked {
-                sys::poll_ready(s.client, libc::POLLOUT)
-            } else {
-                sys::poll_ready(s.up, libc::POLLIN)
-            };
-            (s.reads, s.writes, s.blocked, ready)
-        })
+    /// The running streams whose counters have not moved for their limit at `now` (the
+    /// gateway's clock), each with `blocked` (the client's stall, else the upstream's
+    /// silence). One call for every stream: a wake-up of a Trio task per stream and check
+    /// was most of the gateway thread's time on a paced stream (bench/README.md). What a
+    /// stream waits for being ready already (the upstream readable, the client writable
+    /// while blocked) counts as progress: bytes the thread has not yet got to are never
+    /// taken for a silence.
+    pub fn overdue(&self, now: f64) -> Vec<(u64, bool)> {
+        let mut state = self.shared.lock();
+        let mut late = Vec::new();
+        for (&id, s) in state.streams.iter_mut().filter(|(_, s)| !s.finished) {
+            let seen = (s.reads, s.writes, s.blocked);
+            if seen != s.seen {
+                (s.seen, s.since) = (seen, now);
+            } else if now - s.since >= if s.blocked { s.stall } else { s.idle } {
+                let ready = if s.blocked {
+                    sys::poll_ready(s.client, libc::POLLOUT)
+                } else {
+                    sys::poll_ready(s.up, libc::POLLIN)
+                };
+                if ready {
+                    s.since = now;
+                } else {
+                    late.push((id, s.blocked));
+                }
+            }
+        }
+        late
     }
 
     /// Takes a stream back, finished or not: from here on its sockets are the caller's.
@@ -561,7 +589,13 @@ mod tests {
         let p = parser.feed(&head[..n]).unwrap();
         assert!(p.head.is_some());
         let r = Relay::new(parser, Vec::new(), false, DEFAULT_MAX_EVENT_BYTES);
-        let id = l.start(up.as_raw_fd(), client.as_raw_fd(), r, &p.body, p.done);
+        let id = l.start(
+            up.as_raw_fd(),
+            client.as_raw_fd(),
+            r,
+            (&p.body, p.done),
+            (0.0, 60.0, 60.0),
+        );
         upstream
             .write_all(b"data: a\n\ndata: b\n\ndata: [DONE]\n\n")
             .unwrap();
@@ -594,14 +628,47 @@ mod tests {
                 &mut out
             )
             .is_none());
-        let id = l.start(up.as_raw_fd(), client.as_raw_fd(), r, b"", false);
-        assert_eq!(l.progress(id), Some((0, 0, false, false)));
+        let id = l.start(
+            up.as_raw_fd(),
+            client.as_raw_fd(),
+            r,
+            (b"", false),
+            (0.0, 60.0, 60.0),
+        );
+        assert_eq!(l.overdue(59.0), vec![]);
+        assert_eq!(l.overdue(60.0), vec![(id, false)]);
         let s = l.take(id).unwrap();
         assert!(!s.is_finished() && s.end.is_none());
         upstream.write_all(b"5\r\ndata:\r\n").unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(l.finished().is_empty());
-        assert!(l.progress(id).is_none());
+        assert_eq!(l.overdue(120.0), vec![]);
+    }
+
+    #[test]
+    fn progress_moves_the_deadline() {
+        let l = RelayLoop::new().unwrap();
+        let (mut upstream, up) = UnixStream::pair().unwrap();
+        let (client, mut reader) = UnixStream::pair().unwrap();
+        up.set_nonblocking(true).unwrap();
+        client.set_nonblocking(true).unwrap();
+        let mut r = relay();
+        let mut out = Vec::new();
+        r.feed_raw(b"HTTP/1.1 200 OK\r\n\r\n", &mut out);
+        let id = l.start(
+            up.as_raw_fd(),
+            client.as_raw_fd(),
+            r,
+            (b"", false),
+            (0.0, 60.0, 60.0),
+        );
+        upstream.write_all(b"data: a\n\n").unwrap();
+        let mut got = [0u8; 64];
+        assert!(reader.read(&mut got).unwrap() > 0); // read, relayed and written
+        assert_eq!(l.overdue(30.0), vec![]); // seen moving at 30
+        assert_eq!(l.overdue(89.0), vec![]);
+        assert_eq!(l.overdue(90.0), vec![(id, false)]);
+        assert!(l.take(id).is_some());
     }
 
     #[test]
@@ -615,7 +682,13 @@ mod tests {
         let mut r = relay();
         let mut out = Vec::new();
         r.feed_raw(b"HTTP/1.1 200 OK\r\n\r\n", &mut out);
-        let id = l.start(up.as_raw_fd(), client.as_raw_fd(), r, b"", false);
+        let id = l.start(
+            up.as_raw_fd(),
+            client.as_raw_fd(),
+            r,
+            (b"", false),
+            (0.0, 60.0, 60.0),
+        );
         upstream.write_all(b"data: a\n\n").unwrap();
         wait_finished(&l, id);
         assert_eq!(l.take(id).unwrap().end, Some(End::ClientGone));
