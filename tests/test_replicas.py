@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import h11
 import orjson
 import trio
 
@@ -64,7 +65,8 @@ class Balancer:
                 try:
                     with trio.fail_after(1):
                         ok = (await request(port, "GET", "/ready")).status == 200
-                except (OSError, trio.TooSlowError, trio.BrokenResourceError):
+                # A replica whose port closes while it answers cuts the answer: not ready.
+                except (OSError, trio.TooSlowError, trio.BrokenResourceError, h11.ProtocolError):
                     ok = False
                 if ok and port in self.backends:
                     self.ready.add(port)
