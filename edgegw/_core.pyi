@@ -55,6 +55,7 @@ __all__ = [
     "duration_text",
     "CONCURRENCY_RETRY_S",
     "response_head",
+    "upstream_request",
     "http_date",
     "imf_fixdate",
     "CoreRelay",
@@ -298,6 +299,19 @@ def response_head(
     head_request: bool,
     keep_alive: bool,
 ) -> tuple[bytes, int, int | None, bool]: ...
+
+# An upstream request in one buffer (rust/src/respond.rs): the request line, host, the
+# headers, `framing` (a header line with its CRLF, or b""), the user agent, then `body`.
+# ValueError ("invalid upstream path", "invalid header") for a byte that could split it.
+def upstream_request(
+    method: bytes,
+    target: bytes,
+    host: bytes,
+    headers: Any,
+    framing: bytes,
+    user_agent: bytes,
+    body: bytes,
+) -> bytes: ...
 def http_date() -> bytes: ...
 def imf_fixdate(unix: int) -> bytes: ...
 

@@ -1,7 +1,8 @@
 """The upstream HTTP/1.1 client: a small keep-alive pool on Trio.
 
-Requests are written as bytes in one `send_all` (a body past JOINED_BODY_BYTES in a second:
-copying it after the head cost more than the second system call); responses are framed by
+Requests are written as bytes in one `send_all`, the head checked and built with the body by
+the Rust core (`upstream_request`; a body past JOINED_BODY_BYTES in a second send: copying it
+after the head cost more than the second system call); responses are framed by
 the Rust core's `ResponseParser` (httparse underneath), which replaced h11 here, and the pool
 was chosen over httpcore's Trio pool, both by measurement (bench/README.md,
 history).
@@ -42,9 +43,8 @@ from urllib.parse import urlsplit
 
 import trio
 
-from edgegw._core import ResponseHead, ResponseParser, UpstreamProtocolError
+from edgegw._core import ResponseHead, ResponseParser, UpstreamProtocolError, upstream_request
 from edgegw.errors import GatewayError, Headers, fail
-from edgegw.octets import COLON, CR, HTAB, LF, SP
 
 USER_AGENT = b"edgegw/0.1"
 READ_SIZE = 65536
@@ -348,8 +348,8 @@ class UpstreamPool:
             if body or method in (b"POST", b"PUT", b"PATCH")
             else b""
         )
-        head = _request_head(origin, method, target, headers, framing)
-        request = head + body if len(body) <= JOINED_BODY_BYTES else head
+        joined = len(body) <= JOINED_BODY_BYTES
+        request = _request(origin, method, target, headers, framing, body if joined else b"")
         for attempt in (0, 1):
             if attempt == 0:
                 conn, reused = await self._acquire(origin, on_connect)
@@ -358,7 +358,7 @@ class UpstreamPool:
             parser = ResponseParser(method == b"HEAD")
             try:
                 await conn.send_all(request)
-                if request is head and body:
+                if not joined:
                     await conn.send_all(body)
                 return await _read_head(self, origin, conn, parser)
             except _StaleConnection:
@@ -394,7 +394,7 @@ class UpstreamPool:
             if content_length is None
             else b"content-length: %d\r\n" % content_length
         )
-        head = _request_head(origin, method, target, headers, framing)
+        head = _request(origin, method, target, headers, framing, b"")
         conn, _ = await self._acquire(origin, on_connect)
         parser = ResponseParser(method == b"HEAD")
         try:
@@ -430,25 +430,17 @@ class UpstreamPool:
         self._free_slot(conn.host)
 
 
-def _request_head(
-    origin: Origin, method: bytes, target: bytes, headers: Headers, framing: bytes
+def _request(
+    origin: Origin, method: bytes, target: bytes, headers: Headers, framing: bytes, body: bytes
 ) -> bytes:
-    """The request line and header block, framing header included."""
-    _check_request_line(target, headers)
-    lines = [method, b" ", target, b" HTTP/1.1\r\nhost: ", origin.host_header, b"\r\n"]
-    for name, value in headers:
-        lines += (name, b": ", value, b"\r\n")
-    lines += (framing, b"user-agent: ", USER_AGENT, b"\r\n\r\n")
-    return b"".join(lines)
-
-
-def _check_request_line(target: bytes, headers: Headers) -> None:
-    """No byte that could split the request: the last guard against header injection."""
-    if CR in target or LF in target or SP in target or HTAB in target:
-        raise fail("invalid_request", "invalid upstream path")
-    for name, value in headers:
-        if CR in value or LF in value or CR in name or LF in name or COLON in name:
-            raise fail("invalid_request", "invalid header")
+    """The request line, header block (framing header included) and `body`, in one buffer;
+    400 for a byte that could split the request (the last guard against header injection)."""
+    try:
+        return upstream_request(
+            method, target, origin.host_header, headers, framing, USER_AGENT, body
+        )
+    except ValueError as e:
+        raise fail("invalid_request", str(e)) from None
 
 
 class _StaleConnection(Exception):

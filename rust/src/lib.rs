@@ -840,6 +840,58 @@ mod binding {
         crate::error::all_codes()
     }
 
+    type BytePairs<'py> = Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)>;
+
+    /// (name, value) bytes pairs out of any iterable of 2-item sequences.
+    fn byte_pairs<'py>(headers: &Bound<'py, PyAny>) -> PyResult<BytePairs<'py>> {
+        let mut pairs: BytePairs<'py> = Vec::with_capacity(16);
+        for item in headers.try_iter()? {
+            let item = item?;
+            let (name, value) = match item.cast::<PyTuple>() {
+                Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
+                _ => (item.get_item(0)?, item.get_item(1)?),
+            };
+            let bytes = |v: Bound<'py, PyAny>| {
+                v.cast_into::<PyBytes>()
+                    .map_err(|_| PyTypeError::new_err("header names and values are bytes"))
+            };
+            pairs.push((bytes(name)?, bytes(value)?));
+        }
+        Ok(pairs)
+    }
+
+    /// An upstream request in one buffer (respond.rs `upstream_request`): the request line,
+    /// host, `headers` ((name, value) bytes pairs), `framing` (a header line or b""), the
+    /// user agent, then `body`. ValueError naming the byte's place when one could split it.
+    #[pyfunction]
+    #[allow(clippy::too_many_arguments)]
+    fn upstream_request<'py>(
+        py: Python<'py>,
+        method: &[u8],
+        target: &[u8],
+        host: &[u8],
+        headers: &Bound<'py, PyAny>,
+        framing: &[u8],
+        user_agent: &[u8],
+        body: &[u8],
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let pairs = byte_pairs(headers)?;
+        let rh = respond::RequestHead {
+            method,
+            target,
+            host,
+            framing,
+            user_agent,
+        };
+        let out = respond::upstream_request(
+            rh,
+            pairs.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes())),
+            body,
+        )
+        .map_err(|f| PyValueError::new_err(f.message()))?;
+        Ok(PyBytes::new(py, &out))
+    }
+
     /// The head of a response with the app's `headers` ((name, value) bytes pairs): (head,
     /// framing as respond.rs `Framing`'s number, Content-Length or None, keep-alive).
     #[pyfunction]
@@ -852,19 +904,7 @@ mod binding {
         head_request: bool,
         keep_alive: bool,
     ) -> PyResult<(Bound<'py, PyBytes>, u8, Option<u64>, bool)> {
-        let mut pairs: Vec<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> = Vec::with_capacity(16);
-        for item in headers.try_iter()? {
-            let item = item?;
-            let (name, value) = match item.cast::<PyTuple>() {
-                Ok(t) if t.len() == 2 => (t.get_item(0)?, t.get_item(1)?),
-                _ => (item.get_item(0)?, item.get_item(1)?),
-            };
-            let bytes = |v: Bound<'py, PyAny>| {
-                v.cast_into::<PyBytes>()
-                    .map_err(|_| PyTypeError::new_err("response header names and values are bytes"))
-            };
-            pairs.push((bytes(name)?, bytes(value)?));
-        }
+        let pairs = byte_pairs(headers)?;
         let cx = respond::Context {
             status,
             reason,
@@ -933,6 +973,7 @@ mod binding {
         m.add_function(wrap_pyfunction!(redact_json, m)?)?;
         m.add_function(wrap_pyfunction!(error_codes, m)?)?;
         m.add_function(wrap_pyfunction!(response_head, m)?)?;
+        m.add_function(wrap_pyfunction!(upstream_request, m)?)?;
         m.add_function(wrap_pyfunction!(http_date, m)?)?;
         m.add_function(wrap_pyfunction!(imf_fixdate, m)?)?;
         crate::trace_binding::register(m)?;

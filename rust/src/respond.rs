@@ -1,6 +1,7 @@
 //! The head of a response to edgegw's client (edgegw/http1/cycle.py's `http.response.start`):
 //! the app's headers checked and scanned for the framing, the server's own added, written in
-//! one buffer. In Python the scan was a loop of Python operations per header.
+//! one buffer. In Python the scan was a loop of Python operations per header. And an upstream
+//! request (edgegw/upstream.py), its head checked and written with its body in one buffer.
 
 use std::cell::RefCell;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -147,6 +148,80 @@ pub fn response_head<'h>(
     })
 }
 
+/// An upstream request's byte that could split it: the last guard against header injection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestFault {
+    /// CR, LF, space or tab in the target.
+    Path,
+    /// CR or LF in a header's name or value, or a colon in its name.
+    Header,
+}
+
+impl RequestFault {
+    pub fn message(self) -> &'static str {
+        match self {
+            RequestFault::Path => "invalid upstream path",
+            RequestFault::Header => "invalid header",
+        }
+    }
+}
+
+/// The parts of an upstream request's head, in the order they are written.
+pub struct RequestHead<'a> {
+    pub method: &'a [u8],
+    pub target: &'a [u8],
+    pub host: &'a [u8],
+    /// The framing header line, CRLF included (empty for none).
+    pub framing: &'a [u8],
+    pub user_agent: &'a [u8],
+}
+
+/// An upstream request in one buffer: the request line, Host, `headers` as given, the framing
+/// line, User-Agent, the blank line, then `body`.
+pub fn upstream_request<'h>(
+    rh: RequestHead<'_>,
+    headers: impl IntoIterator<Item = (&'h [u8], &'h [u8])>,
+    body: &[u8],
+) -> Result<Vec<u8>, RequestFault> {
+    if rh
+        .target
+        .iter()
+        .any(|b| matches!(b, b'\r' | b'\n' | b' ' | b'\t'))
+    {
+        return Err(RequestFault::Path);
+    }
+    let mut out = Vec::with_capacity(512 + body.len());
+    for part in [
+        rh.method,
+        b" ",
+        rh.target,
+        b" HTTP/1.1\r\nhost: ",
+        rh.host,
+        b"\r\n",
+    ] {
+        out.extend_from_slice(part);
+    }
+    for (name, value) in headers {
+        let splits = |b: &u8| matches!(b, b'\r' | b'\n');
+        if name.iter().any(|b| splits(b) || *b == b':') || value.iter().any(splits) {
+            return Err(RequestFault::Header);
+        }
+        for part in [name, b": ", value, b"\r\n"] {
+            out.extend_from_slice(part);
+        }
+    }
+    for part in [
+        rh.framing,
+        b"user-agent: ",
+        rh.user_agent,
+        b"\r\n\r\n",
+        body,
+    ] {
+        out.extend_from_slice(part);
+    }
+    Ok(out)
+}
+
 const DAYS: [&[u8]; 7] = [b"Mon", b"Tue", b"Wed", b"Thu", b"Fri", b"Sat", b"Sun"];
 const MONTHS: [&[u8]; 12] = [
     b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov", b"Dec",
@@ -201,6 +276,42 @@ pub fn http_date() -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_upstream_request_in_one_buffer() {
+        let rh = |target: &'static [u8]| RequestHead {
+            method: b"POST",
+            target,
+            host: b"api.example:8080",
+            framing: b"content-length: 2\r\n",
+            user_agent: b"edgegw/0.1",
+        };
+        let headers: [(&[u8], &[u8]); 1] = [(b"authorization", b"Bearer k")];
+        assert_eq!(
+            upstream_request(rh(b"/v1/x?a=1"), headers, b"{}").unwrap(),
+            b"POST /v1/x?a=1 HTTP/1.1\r\nhost: api.example:8080\r\nauthorization: Bearer k\r\n\
+              content-length: 2\r\nuser-agent: edgegw/0.1\r\n\r\n{}"
+                .to_vec()
+        );
+        for target in [&b"/a b"[..], b"/a\tb", b"/a\r\nx: y", b"/a\n"] {
+            let got = upstream_request(rh(target), [], b"");
+            assert_eq!(got, Err(RequestFault::Path));
+        }
+        let bad: [(&[u8], &[u8]); 4] = [
+            (b"x", b"a\r\nb: c"),
+            (b"x", b"a\nb"),
+            (b"x:y", b"v"),
+            (b"x\r", b"v"),
+        ];
+        for header in bad {
+            assert_eq!(
+                upstream_request(rh(b"/"), [header], b""),
+                Err(RequestFault::Header)
+            );
+        }
+        let fine: [(&[u8], &[u8]); 1] = [(b"x", b"tab\tand \x00 kept")];
+        assert!(upstream_request(rh(b"/"), fine, b"").is_ok());
+    }
+
     use super::*;
 
     fn cx(status: u16) -> Context<'static> {
