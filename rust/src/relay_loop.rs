@@ -614,32 +614,42 @@ mod tests {
         assert!(l.is_empty());
     }
 
+    /// A stream handed over once its upstream `head` was read: the test's ends of the
+    /// upstream and the client, and the relay's (kept open while the stream is in the table).
+    struct Handed {
+        upstream: UnixStream,
+        reader: UnixStream,
+        _sockets: (UnixStream, UnixStream),
+        id: u64,
+    }
+
+    fn handed(l: &RelayLoop, head: &[u8]) -> Handed {
+        let (upstream, up) = UnixStream::pair().unwrap();
+        let (client, reader) = UnixStream::pair().unwrap();
+        up.set_nonblocking(true).unwrap();
+        client.set_nonblocking(true).unwrap();
+        let mut r = relay();
+        let mut out = Vec::new();
+        assert!(r.feed_raw(head, &mut out).is_none());
+        let fds = (up.as_raw_fd(), client.as_raw_fd());
+        let id = l.start(fds.0, fds.1, r, (b"", false), (0.0, 60.0, 60.0));
+        Handed {
+            upstream,
+            reader,
+            _sockets: (up, client),
+            id,
+        }
+    }
+
     #[test]
     fn a_taken_stream_is_left_alone() {
         let l = RelayLoop::new().unwrap();
-        let (mut upstream, up) = UnixStream::pair().unwrap();
-        let (client, _reader) = UnixStream::pair().unwrap();
-        up.set_nonblocking(true).unwrap();
-        let mut r = relay();
-        let mut out = Vec::new();
-        assert!(r
-            .feed_raw(
-                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
-                &mut out
-            )
-            .is_none());
-        let id = l.start(
-            up.as_raw_fd(),
-            client.as_raw_fd(),
-            r,
-            (b"", false),
-            (0.0, 60.0, 60.0),
-        );
+        let mut h = handed(&l, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
         assert_eq!(l.overdue(59.0), vec![]);
-        assert_eq!(l.overdue(60.0), vec![(id, false)]);
-        let s = l.take(id).unwrap();
+        assert_eq!(l.overdue(60.0), vec![(h.id, false)]);
+        let s = l.take(h.id).unwrap();
         assert!(!s.is_finished() && s.end.is_none());
-        upstream.write_all(b"5\r\ndata:\r\n").unwrap();
+        h.upstream.write_all(b"5\r\ndata:\r\n").unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(l.finished().is_empty());
         assert_eq!(l.overdue(120.0), vec![]);
@@ -648,47 +658,26 @@ mod tests {
     #[test]
     fn progress_moves_the_deadline() {
         let l = RelayLoop::new().unwrap();
-        let (mut upstream, up) = UnixStream::pair().unwrap();
-        let (client, mut reader) = UnixStream::pair().unwrap();
-        up.set_nonblocking(true).unwrap();
-        client.set_nonblocking(true).unwrap();
-        let mut r = relay();
-        let mut out = Vec::new();
-        r.feed_raw(b"HTTP/1.1 200 OK\r\n\r\n", &mut out);
-        let id = l.start(
-            up.as_raw_fd(),
-            client.as_raw_fd(),
-            r,
-            (b"", false),
-            (0.0, 60.0, 60.0),
-        );
-        upstream.write_all(b"data: a\n\n").unwrap();
+        let mut h = handed(&l, b"HTTP/1.1 200 OK\r\n\r\n");
+        h.upstream.write_all(b"data: a\n\n").unwrap();
         let mut got = [0u8; 64];
-        assert!(reader.read(&mut got).unwrap() > 0); // read, relayed and written
+        assert!(h.reader.read(&mut got).unwrap() > 0); // read, relayed and written
         assert_eq!(l.overdue(30.0), vec![]); // seen moving at 30
         assert_eq!(l.overdue(89.0), vec![]);
-        assert_eq!(l.overdue(90.0), vec![(id, false)]);
-        assert!(l.take(id).is_some());
+        assert_eq!(l.overdue(90.0), vec![(h.id, false)]);
+        assert!(l.take(h.id).is_some());
     }
 
     #[test]
     fn a_client_gone_ends_the_stream() {
         let l = RelayLoop::new().unwrap();
-        let (mut upstream, up) = UnixStream::pair().unwrap();
-        let (client, reader) = UnixStream::pair().unwrap();
-        up.set_nonblocking(true).unwrap();
-        client.set_nonblocking(true).unwrap();
+        let Handed {
+            mut upstream,
+            reader,
+            _sockets,
+            id,
+        } = handed(&l, b"HTTP/1.1 200 OK\r\n\r\n");
         drop(reader);
-        let mut r = relay();
-        let mut out = Vec::new();
-        r.feed_raw(b"HTTP/1.1 200 OK\r\n\r\n", &mut out);
-        let id = l.start(
-            up.as_raw_fd(),
-            client.as_raw_fd(),
-            r,
-            (b"", false),
-            (0.0, 60.0, 60.0),
-        );
         upstream.write_all(b"data: a\n\n").unwrap();
         wait_finished(&l, id);
         assert_eq!(l.take(id).unwrap().end, Some(End::ClientGone));
