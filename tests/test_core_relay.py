@@ -212,6 +212,29 @@ async def test_a_silent_upstream_fails_the_stream(
     assert trio.current_time() >= 2
 
 
+async def test_streams_that_keep_coming_outlive_the_idle_timeout(
+    nursery: trio.Nursery, bad: BadUpstream, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: three streams at once, each an event every 1.5 s for 12 s, under a 2 s
+    # idle timeout. One check covers every stream's deadline; each event moves its own.
+    core, _ = await both(nursery, bad, UPSTREAM_IDLE_TIMEOUT="2s")
+    assert core.handoff is not None
+    pieces = [event(i) for i in range(8)] + [DONE]
+    head = response(200, CHUNKED)
+    bad.script = Script([(0, head)] + [(1.5, chunk(p)) for p in pieces] + [(0, b"0\r\n\r\n")])
+    bodies: list[bytes] = []
+
+    async def one() -> None:
+        bodies.append(await body_from(core, STREAM))
+
+    async with trio.open_nursery() as clients:
+        for _ in range(3):
+            clients.start_soon(one)
+    assert core.handoff.handed == 3
+    assert bodies == [b"".join(pieces)] * 3
+    assert trio.current_time() >= 13.5
+
+
 async def test_a_client_gone_cancels_the_upstream(
     nursery: trio.Nursery, mock: MockUpstream
 ) -> None:
