@@ -524,6 +524,11 @@ class Response:
         """The whole body has been read (the next `receive_chunk()` is b"")."""
         return self._done and not self._pending
 
+    @property
+    def arrived(self) -> bool:
+        """The whole body came with the head: reading it waits on nothing."""
+        return self._done
+
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
             if k == name:
