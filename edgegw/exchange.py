@@ -299,7 +299,7 @@ class Exchanges:
                 try:
                     if up.screen is not None:
                         up.screen(resp)
-                    if not resp.arrived:  # moving the deadline for nothing: 6 % of an answer
+                    if not resp.arrived:  # moving the deadline for nothing: 3 % of an answer
                         ex.allow(self.idle_timeout_s)
                     payload, charge = await read_whole(resp, self.max_response_bytes, self.budget)
                 finally:
