@@ -8,8 +8,8 @@ Every exchange runs in `Exchanges.open()`: a cancel scope registered with the
 
 Its steps are written once: a whole answer (`read_answer`: open, send, screen, allow, read,
 close) and a stream into a sink (`stream`: open, send, screen, refusal or head, the pump of
-edgegw.pump or the core's relay thread (edgegw.handoff), close); `forward`, `relay_sse`, the MCP rounds and /proxy's relays are built on
-them. Remote streams are relayed as the upstream's bytes, only tapped; an upstream error
+edgegw.pump or the core's relay thread (edgegw.handoff), close); `forward`, `relay_sse`, the
+MCP rounds and /proxy's relays are built on them. Remote streams are relayed as the upstream's bytes, only tapped; an upstream error
 becomes the envelope with its status, or is relayed as sent on the native-API routes.
 """
 

@@ -26,8 +26,7 @@ from edgegw.tenants.budgets import Usage, store_path
 from edgegw.tenants.pricing import Prices
 from edgegw.upstream import UpstreamPool
 
-if TYPE_CHECKING:
-    # each loaded only when enabled: the MCP SDK takes a second to import,
+if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
     # PyJWT and cryptography a quarter of one
     from edgegw.auth.verifier import OidcVerifier
     from edgegw.guardrails.check import Guardrails
