@@ -3,10 +3,9 @@
 Every variable `edgegw serve` is given, in its environment or its `--config` file, is honoured
 or named in a warning at start: inference-gateway's variables that edgegw does not implement
 (yet), a name edgegw does not know (with the known name nearest to it: a typo), a setting whose
-feature is off, and a config-file key edgegw reads from the environment only. The names
-inference-gateway used before its `*_ENABLE` -> `*_ENABLED` rename are read under the new
-name, with a warning. A setting that asks for protection edgegw cannot give (not implemented,
-misspelt, or contradicted by its new name) stops the start instead: never fail open.
+feature is off, and a config-file key edgegw reads from the environment only. Old names (before
+the `*_ENABLE` -> `*_ENABLED` rename) are read as the new, with a warning. A setting asking for
+protection edgegw cannot give (not implemented, misspelt, contradicted) stops the start instead.
 
 Every key of the config file is edgegw's; in the environment only the names with edgegw's or
 inference-gateway's prefixes are (PATH, HOME and the like are not ours to judge).
