@@ -113,26 +113,33 @@ class Connection:
         try:
             if isinstance(wire, TlsWire) and not await self._handshake(wire):
                 return
-            while True:
-                head = await self._read_head()
-                if head is None:
-                    return
-                try:
-                    info = SCREEN(head)
-                except RequestError as e:
-                    await wire.refuse(e.status, e.code, str(e))
-                    return
-                try:
-                    cycle = Cycle.start(wire, server, self.client, info)
-                except RequestError as e:
-                    await wire.refuse(e.status, e.code, str(e))
-                    return
-                if not await cycle.run():
-                    return
-                # Waiting for the next request, the connection holds nothing of this one: the
-                # cycle (its scope, framing, buffers) and the head went with these names.
-                del cycle, head, info
-                self.kept_alive = True
+            cycle: Cycle | None = None
+            # One cancel scope for every request of the connection: a request whose body
+            # fails or whose write stalls cancels it, and the connection ends with it.
+            with trio.CancelScope() as requests:
+                while True:
+                    head = await self._read_head()
+                    if head is None:
+                        return
+                    try:
+                        info = SCREEN(head)
+                    except RequestError as e:
+                        await wire.refuse(e.status, e.code, str(e))
+                        return
+                    try:
+                        cycle = Cycle.start(wire, server, self.client, info, requests)
+                    except RequestError as e:
+                        await wire.refuse(e.status, e.code, str(e))
+                        return
+                    if not await cycle.run():
+                        return
+                    # Waiting for the next request, the connection holds nothing of this one:
+                    # the cycle (its framing, buffers) and the head went with these names.
+                    cycle = None
+                    del head, info
+                    self.kept_alive = True
+            if cycle is not None:  # it cancelled the scope: its end, and its answer, from here
+                await cycle.settle()
         except Exception:
             log.exception("connection failed")  # a bug here ends this connection only
         finally:

@@ -103,7 +103,9 @@ class Cycle:
         "reader_exit",
     )
 
-    def __init__(self, wire: Wire, host: Host, client: Any, head: HeadInfo) -> None:
+    def __init__(
+        self, wire: Wire, host: Host, client: Any, head: HeadInfo, requests: trio.CancelScope
+    ) -> None:
         self.wire = wire
         self.host = host
         self.framing_in = RequestBody(head.content_length, head.chunked)
@@ -145,7 +147,7 @@ class Cycle:
         self.awaits_continue = head.expect_continue and not self.body_done
         self.continue_sent = False
         self.held = b""
-        self.app_scope = trio.CancelScope()
+        self.app_scope = requests  # the connection's: ending this request ends it too
         self.failure: tuple[int, str, str] | None = None
         self.over = False
         self.reader_active = False
@@ -153,10 +155,14 @@ class Cycle:
         self.reader_exit: trio.Event | None = None
 
     @classmethod
-    def start(cls, wire: Wire, host: Host, client: Any, head: HeadInfo) -> Cycle:
+    def start(
+        cls, wire: Wire, host: Host, client: Any, head: HeadInfo, requests: trio.CancelScope
+    ) -> Cycle:
         """The cycle of a screened head, fed the body bytes that came with it;
-        RequestError if they break the body's framing."""
-        cycle = cls(wire, host, client, head)
+        RequestError if they break the body's framing. `requests`: the scope the connection
+        serves its requests in, which this request cancels when its body fails or a write
+        stalls (no scope of its own: one fewer a request, bench/README.md)."""
+        cycle = cls(wire, host, client, head, requests)
         if wire.buf:
             data = bytes(wire.buf)
             wire.buf.clear()
@@ -179,19 +185,27 @@ class Cycle:
     # -- running the app ----------------------------------------------------------------
 
     async def run(self) -> bool:
-        """Run the app for this request; True when the connection may serve another."""
-        wire = self.wire
+        """Run the app for this request; True when the connection may serve another. When
+        the request cancelled the connection's scope, the Cancelled leaves through here and
+        the connection calls `settle` outside that scope."""
         app_failed = False
-        if type(wire) is Wire:  # not TLS: the socket carries the body's bytes as they are
+        if type(self.wire) is Wire:  # not TLS: the socket carries the body's bytes as they are
             self.scope[DIRECT] = self
-        with self.app_scope:
-            try:
-                await self.host.app(self.scope, self.receive, self.send)
-            except Exception:
-                log.exception(
-                    "ASGI application error on %s %s", self.scope["method"], self.scope["path"]
-                )
-                app_failed = True
+        try:
+            await self.host.app(self.scope, self.receive, self.send)
+        except Exception:
+            log.exception(
+                "ASGI application error on %s %s", self.scope["method"], self.scope["path"]
+            )
+            app_failed = True
+        if self.app_scope.cancel_called:  # an app that swallowed its Cancelled: settle outside
+            await trio.lowlevel.checkpoint()
+        return await self.settle(app_failed)
+
+    async def settle(self, app_failed: bool = False) -> bool:
+        """The request is over: its end, the layer's own answer if it failed; True when the
+        connection may serve another."""
+        wire = self.wire
         await self._end()
         if self.failure is not None:
             if self.response is ResponseState.PENDING:
