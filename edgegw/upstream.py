@@ -118,12 +118,14 @@ class _Connection:
         self.host = host
         self.plain = isinstance(stream, trio.SocketStream)  # not TLS: the socket is read as is
 
-    async def receive(self, most: int) -> bytes | bytearray:
+    async def receive(self, most: int, fair: bool = True) -> bytes | bytearray:
         """The next bytes the upstream sent (b"" at its end). A plain connection's socket is
         read directly, as the server's own connections are (edgegw.http1.wire): at once, and
         once readable when nothing was there. trio's `receive_some` does the same through a
         conflict detector, an async context manager and its exception, a sixth of a paced
-        stream's relayed event (bench/README.md)."""
+        stream's relayed event (bench/README.md). Bytes that were waiting are returned after
+        a checkpoint, so a loop of reads lets the others run; not with `fair=False`, for a
+        read that ends a step (the answer's head: no loop follows it)."""
         if not self.plain:
             return await self.stream.receive_some(most)
         try:
@@ -135,7 +137,8 @@ class _Connection:
                     return os.read(self.sock.fileno(), most)
                 except BlockingIOError:  # a spurious wake-up
                     continue
-        await trio.lowlevel.checkpoint()  # data was waiting: let the others run first
+        if fair:
+            await trio.lowlevel.checkpoint()  # data was waiting: let the others run first
         return data
 
     async def send_all(self, data: bytes) -> None:
@@ -453,7 +456,7 @@ async def _read_head(
     got_bytes = False
     while True:
         try:
-            data = await conn.receive(READ_SIZE)
+            data = await conn.receive(READ_SIZE, fair=False)
         except (trio.BrokenResourceError, OSError):
             if not got_bytes:
                 raise _StaleConnection() from None
