@@ -115,6 +115,9 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, Path,
     env, body = configurations(out, mock_port, free_port())[name]
     if ns.stream:
         body = streaming(body, STREAM_TOKENS)
+    if ns.first_byte_ms:  # the mock's scripted model: the model's prices no longer apply
+        body = body.replace(b'"openai/gpt-4o-mini"',
+                            b'"openai/mock-slow-first-byte-%d"' % ns.first_byte_ms)  # fmt: skip
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                 f"--callgrind-out-file={out}/callgrind.out.%p"]  # fmt: skip
     full = {**os.environ, **edgegw_env(mock_port, 1, {**env, "PYTHONHASHSEED": "0"})}
@@ -222,6 +225,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "requests' counts (0: nothing taken out)")  # fmt: skip
     p.add_argument("--stream", action="store_true",
                    help=f"streamed answers of {STREAM_TOKENS} tokens: also instructions an event")  # fmt: skip
+    p.add_argument("--first-byte-ms", type=int, default=0,
+                   help="the mock answers this late (openai/gpt-4o-mini's configurations): "
+                        "0, it answers at once, and under callgrind's slowdown the answer is "
+                        "there before the gateway reads; a real upstream is always waited for")  # fmt: skip
     p.add_argument("--token-rate", type=float, default=0.0,
                    help="with --stream: the mock's tokens a second (0: unpaced; paced, each event "
                         "is a wake-up of its own, as a model's are)")  # fmt: skip
