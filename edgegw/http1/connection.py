@@ -24,6 +24,7 @@ from edgegw.http1.cycle import App, Cycle
 from edgegw.http1.limits import IDLE_SHED_AT, MAX_HANDSHAKES, ConnectionLimits
 from edgegw.http1.tls import TlsWire
 from edgegw.http1.wire import Wire
+from edgegw.upstream import RESUMES
 
 log = logging.getLogger("edgegw.http1")
 
@@ -95,7 +96,7 @@ class ServerState:
 
 
 class Connection:
-    __slots__ = ("server", "wire", "client", "accepted_at", "idle_scope", "kept_alive")
+    __slots__ = ("server", "wire", "client", "accepted_at", "idle_scope", "kept_alive", "resumes")
 
     def __init__(self, server: ServerState, sock: socket.socket, client: Any) -> None:
         self.server = server
@@ -106,6 +107,7 @@ class Connection:
         self.accepted_at = trio.current_time()
         self.idle_scope: trio.CancelScope | None = None  # while nothing of a request came
         self.kept_alive = False  # has served a request
+        self.resumes = RESUMES.count  # as the last head was read
 
     async def run(self) -> None:
         wire = self.wire
@@ -198,8 +200,8 @@ class Connection:
                 self.server.idle.pop(self, None)
                 if scope.cancelled_caught:
                     return None
-            else:
-                await trio.lowlevel.checkpoint()  # back-to-back requests: let others run
+            elif RESUMES.count == self.resumes:  # back-to-back requests, no wait between
+                await trio.lowlevel.checkpoint()  # them: let the others run
             if not data:
                 return None
             buf += data
@@ -220,6 +222,7 @@ class Connection:
                     break
                 head = bytes(buf[:size])
                 del buf[:size]
+                self.resumes = RESUMES.count
                 return head
             if len(buf) >= cap:
                 break
