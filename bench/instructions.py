@@ -44,11 +44,14 @@ def _request(body: bytes, key: bool) -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
-def _exchange(sock: socket.socket, data: bytes, n: int) -> int:
+def _exchange(sock: socket.socket, data: bytes, n: int, think_s: float = 0.0) -> int:
     """`n` requests one after the other, each 200 answer read whole (Content-Length, or a
-    chunked stream to its last chunk); the SSE events of the last answer."""
+    chunked stream to its last chunk), `think_s` between an answer and the next request;
+    the SSE events of the last answer."""
     events = 0
-    for _ in range(n):
+    for i in range(n):
+        if think_s and i:
+            time.sleep(think_s)
         sock.sendall(data)
         buf = b""
         while True:
@@ -152,7 +155,7 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, Path,
             control("-i", "on")
             control("--zero")
             start = time.monotonic()
-            events = _exchange(sock, data, ns.requests)
+            events = _exchange(sock, data, ns.requests, ns.think_ms / 1000)
             counted_s = time.monotonic() - start
             control("--dump=counted")
             time.sleep(ns.idle)  # the background's own: timers, the usage store's flushes
@@ -229,6 +232,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the mock answers this late (openai/gpt-4o-mini's configurations): "
                         "0, it answers at once, and under callgrind's slowdown the answer is "
                         "there before the gateway reads; a real upstream is always waited for")  # fmt: skip
+    p.add_argument("--think-ms", type=float, default=0.0,
+                   help="the client's pause between an answer and its next request: 0, the "
+                        "next is there before the gateway, slowed down by callgrind, reads "
+                        "for it; a pause makes each request begin with the keep-alive wait, "
+                        "as one client's sequential requests do")  # fmt: skip
     p.add_argument("--token-rate", type=float, default=0.0,
                    help="with --stream: the mock's tokens a second (0: unpaced; paced, each event "
                         "is a wake-up of its own, as a model's are)")  # fmt: skip
