@@ -459,6 +459,25 @@ async def test_a_slowloris_head_gets_408(
         assert await read_to_eof(silent) == b""
 
 
+async def test_a_kept_alive_connection_waits_for_a_request_keepalive_timeout_s(
+    clock: trio.testing.MockClock, nursery: trio.Nursery, mock: MockUpstream
+) -> None:
+    gw = await start_gateway(nursery, upstream_env(mock, SERVER_KEEPALIVE_TIMEOUT="5s"))
+    async with await connect(gw.port) as early, await connect(gw.port) as late:
+        for stream in (early, late):
+            await stream.send_all(get("/health"))
+            await read_responses(stream, 1)
+        started = trio.current_time()
+        await trio.sleep(3)
+        await late.send_all(get("/health"))  # a request begins its wait anew
+        (resp,) = await read_responses(late, 1)
+        assert resp.status == 200
+        assert await read_to_eof(early) == b""  # closed without an answer
+        assert 5 <= trio.current_time() - started < 5.5
+        assert await read_to_eof(late) == b""
+        assert 8 <= trio.current_time() - started < 8.5
+
+
 # -- 2. streams end for HTTP/1.0 and Connection: close -----------------------------------
 
 
