@@ -166,6 +166,7 @@ async def serve_http1(
         async with trio.open_nursery() as handlers:
             async with trio.open_nursery() as front:
                 front.start_soon(accept_loop, server, listener, handlers)
+                front.start_soon(server.reap_idle)
                 task_status.started([bind_url(listener, server.scheme)])
                 if shutdown_trigger is None:
                     await trio.sleep_forever()
