@@ -18,6 +18,7 @@ use std::borrow::Cow;
 use memchr::memmem;
 
 use crate::http1::ResponseParser;
+pub use crate::sse::has_usage;
 use crate::sse::{needs_tap, Event, SseSplitter};
 
 /// What a key quoted by the upstream is replaced with (edgegw.bodies.REDACTED).
@@ -38,8 +39,8 @@ pub struct Relay {
     splitter: SseSplitter,
     /// Bytes of an event not yet whole.
     held: Vec<u8>,
-    /// The provider's key (empty: none to scrub).
-    secret: Vec<u8>,
+    /// The provider's key's searcher, built once (None: no key to scrub).
+    secret: Option<memmem::Finder<'static>>,
     hide_usage: bool,
     /// Events relayed (withheld ones included, as the Python relay counts them).
     pub events: u64,
@@ -61,7 +62,7 @@ impl Relay {
             parser,
             splitter: SseSplitter::new(max_event_bytes),
             held: Vec::new(),
-            secret,
+            secret: (!secret.is_empty()).then(|| memmem::Finder::new(&secret).into_owned()),
             hide_usage,
             events: 0,
             done: false,
@@ -165,7 +166,10 @@ impl Relay {
         if data.is_empty() {
             return;
         }
-        let data = scrub(data, &self.secret);
+        let data = match &self.secret {
+            Some(secret) => scrub_with(data, secret),
+            None => Cow::Borrowed(data),
+        };
         // The client's chunked framing, as the connection layer writes it.
         out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
         out.extend_from_slice(&data);
@@ -173,26 +177,29 @@ impl Relay {
     }
 }
 
-/// A usage member that is not null (edgegw.tap.has_usage).
-pub fn has_usage(data: &[u8]) -> bool {
-    memmem::find(data, b"\"usage\":").is_some() && memmem::find(data, b"\"usage\":null").is_none()
-}
-
 /// `data` with every occurrence of `secret` replaced (bytes.replace's: left to right, not
 /// overlapping).
 pub fn scrub<'a>(data: &'a [u8], secret: &[u8]) -> Cow<'a, [u8]> {
-    if secret.is_empty() || memmem::find(data, secret).is_none() {
+    if secret.is_empty() {
+        return Cow::Borrowed(data);
+    }
+    scrub_with(data, &memmem::Finder::new(secret))
+}
+
+/// [`scrub`] with the secret's searcher built beforehand (a relay builds it once).
+fn scrub_with<'a>(data: &'a [u8], secret: &memmem::Finder<'_>) -> Cow<'a, [u8]> {
+    if secret.find(data).is_none() {
         return Cow::Borrowed(data);
     }
     let mut out = Vec::with_capacity(data.len());
     let mut at = 0;
-    for hit in memmem::find_iter(data, secret) {
+    for hit in secret.find_iter(data) {
         if hit < at {
             continue;
         }
         out.extend_from_slice(&data[at..hit]);
         out.extend_from_slice(REDACTED);
-        at = hit + secret.len();
+        at = hit + secret.needle().len();
     }
     out.extend_from_slice(&data[at..]);
     Cow::Owned(out)

@@ -24,6 +24,10 @@
 //! raw lines since the last block ended, comments and unknown fields included) the stream
 //! is an upstream fault ([`UpstreamFault::EventTooLarge`]), not a reason to grow memory.
 
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
+
 use crate::error::UpstreamFault;
 
 /// Default bound on one event: far above any chat chunk, far below a memory problem.
@@ -60,11 +64,21 @@ pub struct Tapped {
 /// `"usage":null` on every chunk), a tool call, or a finish reason that is a string. A
 /// byte test, as the tap's own was: the tap then parses the few events it names.
 pub fn needs_tap(data: &[u8]) -> bool {
-    use memchr::memmem::find;
-    (find(data, b"\"usage\":").is_some() && find(data, b"\"usage\":null").is_none())
-        || find(data, b"\"tool_calls\"").is_some()
-        || find(data, b"\"finish_reason\":\"").is_some()
+    has_usage(data) || TOOL_CALLS.find(data).is_some() || FINISH_REASON.find(data).is_some()
 }
+
+/// A usage member that is not null (edgegw.tap.has_usage).
+pub fn has_usage(data: &[u8]) -> bool {
+    USAGE.find(data).is_some() && USAGE_NULL.find(data).is_none()
+}
+
+// The tap's needles, each searcher built once: `memmem::find` builds one a call, which was a
+// fifth of a relayed stream's instructions (bench/README.md, "The relay in the core").
+static USAGE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":"));
+static USAGE_NULL: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"usage\":null"));
+static TOOL_CALLS: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"tool_calls\""));
+static FINISH_REASON: LazyLock<Finder<'static>> =
+    LazyLock::new(|| Finder::new(b"\"finish_reason\":\""));
 
 #[derive(Debug)]
 pub struct SseSplitter {
