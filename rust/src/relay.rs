@@ -121,8 +121,9 @@ impl Relay {
                 Cow::Borrowed(body)
             } else {
                 self.held.extend_from_slice(body);
-                let cut = self.held.len() - pending;
-                Cow::Owned(self.held.drain(..cut).collect())
+                // The rest copied out (a memcpy), not the cut drained byte by byte.
+                let rest = self.held.split_off(self.held.len() - pending);
+                Cow::Owned(std::mem::replace(&mut self.held, rest))
             };
             self.emit(events, &data, out);
             if self.done && self.held.is_empty() && complete {

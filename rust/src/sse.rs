@@ -125,7 +125,7 @@ impl SseSplitter {
         }
         while i < chunk.len() {
             let rest = &chunk[i..];
-            match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            match memchr::memchr2(b'\n', b'\r', rest) {
                 None => {
                     self.line.extend_from_slice(rest);
                     self.pending += rest.len();
