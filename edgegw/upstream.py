@@ -139,8 +139,9 @@ class _Connection:
         once readable when nothing was there. trio's `receive_some` does the same through a
         conflict detector, an async context manager and its exception, a sixth of a paced
         stream's relayed event (bench/README.md). Bytes that were waiting are returned after
-        a checkpoint, so a loop of reads lets the others run; not with `fair=False`, for a
-        read that ends a step (the answer's head: no loop follows it)."""
+        a checkpoint, so a loop of reads lets the others run; not with `fair=False`, for the
+        reads of an answer's head, which end a step (bounded by the head's size; the body's
+        reads that may follow keep their checkpoint)."""
         if not self.plain:
             return await self.stream.receive_some(most)
         try:

@@ -95,7 +95,7 @@ class Cycle:
         "awaits_continue",
         "continue_sent",
         "held",
-        "app_scope",
+        "requests",
         "failure",
         "over",
         "reader_active",
@@ -147,7 +147,7 @@ class Cycle:
         self.awaits_continue = head.expect_continue and not self.body_done
         self.continue_sent = False
         self.held = b""
-        self.app_scope = requests  # the connection's: ending this request ends it too
+        self.requests = requests  # the connection's: ending this request ends it too
         self.failure: tuple[int, str, str] | None = None
         self.over = False
         self.reader_active = False
@@ -198,7 +198,7 @@ class Cycle:
                 "ASGI application error on %s %s", self.scope["method"], self.scope["path"]
             )
             app_failed = True
-        if self.app_scope.cancel_called:  # an app that swallowed its Cancelled: settle outside
+        if self.requests.cancel_called:  # an app that swallowed its Cancelled: settle outside
             await trio.lowlevel.checkpoint()
         return await self.settle(app_failed)
 
@@ -237,7 +237,7 @@ class Cycle:
         logs and records that status (ANSWERED_BY_SERVER in the scope)."""
         self.failure = (status, code, message)
         self.scope[ANSWERED_BY_SERVER] = status
-        self.app_scope.cancel()
+        self.requests.cancel()
         await trio.lowlevel.checkpoint()  # raises Cancelled in the app
         return DISCONNECT
 
@@ -398,5 +398,5 @@ class Cycle:
 
     async def _stalled(self) -> None:
         log.info("a write stalled for %ss: connection closed", self.wire.write_stall_timeout_s)
-        self.app_scope.cancel()
+        self.requests.cancel()
         await trio.lowlevel.checkpoint()  # raises Cancelled in the app

@@ -18,8 +18,7 @@ use std::borrow::Cow;
 use memchr::memmem;
 
 use crate::http1::ResponseParser;
-pub use crate::sse::has_usage;
-use crate::sse::{needs_tap, Event, SseSplitter};
+use crate::sse::{has_usage, needs_tap, Event, SseSplitter};
 
 /// What a key quoted by the upstream is replaced with (edgegw.bodies.REDACTED).
 pub const REDACTED: &[u8] = b"[redacted]";
@@ -146,10 +145,7 @@ impl Relay {
     /// One batch of whole events (`data`, their bytes) to the client.
     fn emit(&mut self, events: Vec<Event>, data: &[u8], out: &mut Vec<u8>) {
         self.events += events.len() as u64;
-        let withheld = self.hide_usage
-            && events
-                .iter()
-                .any(|e| !e.is_done() && needs_tap(&e.data) && has_usage(&e.data));
+        let withheld = self.hide_usage && events.iter().any(|e| !e.is_done() && has_usage(&e.data));
         let rewritten;
         let data = if withheld {
             rewritten = without_usage(&events);
