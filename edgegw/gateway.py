@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from edgegw.auth.client_keys import ClientKeys
 from edgegw.bodies import BufferBudget
-from edgegw.exchange import DisconnectWatch, Exchanges
+from edgegw.exchange import Exchanges
 from edgegw.handoff import Handoff
 from edgegw.intake import Intake
 from edgegw.local.contract import SdkVersionLog
@@ -25,6 +25,7 @@ from edgegw.tenants.admission import Tenancy
 from edgegw.tenants.budgets import Usage, store_path
 from edgegw.tenants.pricing import Prices
 from edgegw.upstream import UpstreamPool
+from edgegw.watch import DisconnectWatch
 
 if TYPE_CHECKING:  # each loaded only when enabled: the MCP SDK takes a second to import,
     # PyJWT and cryptography a quarter of one

@@ -14,9 +14,10 @@ from edgegw.answer import Outcome, SseWriter
 from edgegw.asgi import Call
 from edgegw.bodies import Scrubber, read_whole, scrub
 from edgegw.errors import GatewayError, Headers
-from edgegw.exchange import Exchange, Exchanges, Inspect, UpstreamRequest, error_body
+from edgegw.exchange import Exchanges, Inspect, UpstreamRequest, error_body
 from edgegw.pump import RelaySink, StreamCheck, pump
 from edgegw.upstream import Response
+from edgegw.watch import Exchange
 
 log = logging.getLogger("edgegw.streaming")
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from edgegw.app import App
-from edgegw.exchange import DisconnectWatch
 from edgegw.gateway import build_gateway
 from edgegw.handoff import Handoff
 from edgegw.http1.limits import LISTEN_BACKLOG, SETTABLE, ConnectionLimits
@@ -23,6 +22,7 @@ from edgegw.http1.tls import server_context
 from edgegw.settings import TLS_VERSIONS, Settings
 from edgegw.telemetry.recording import Telemetry
 from edgegw.upstream import UpstreamPool
+from edgegw.watch import DisconnectWatch
 
 if TYPE_CHECKING:
     from hypercorn.config import Config

@@ -561,7 +561,7 @@ async def test_tracing_spans_as_chat_has_them(nursery: trio.Nursery, fake: FakeP
 async def test_local_timeout_and_disconnect(nursery: trio.Nursery, tmp_path: Path) -> None:
     worker = await start_worker(nursery, model_path="BAAI/bge-m3", first_chunk_delay_s=5)
     reranker = await start_worker(nursery, model_path="bge-reranker")
-    # Longer than the disconnect watch takes to start (edgegw.exchange.WATCH_DELAY_S).
+    # Longer than the disconnect watch takes to start (edgegw.watch.WATCH_DELAY_S).
     text = profiles(worker.port, reranker.port, timeouts="{overall_s: 1}")
     gw = await local_gateway(nursery, tmp_path, text)
     # The profile's overall timeout bounds the worker's answer.

@@ -14,7 +14,7 @@ from edgegw._core import SseEvent
 from edgegw.answer import SSE_HEADERS, Outcome, SseWriter, StreamState
 from edgegw.asgi import Send
 from edgegw.errors import Headers
-from edgegw.exchange import Exchange
+from edgegw.watch import Exchange
 
 DONE = b"data: [DONE]\n\n"
 
