@@ -1,8 +1,9 @@
 """One exchange with an upstream, from the request sent to the last byte sent back.
 
-Every exchange runs in `Exchanges.open()`: a cancel scope registered with the
-`DisconnectWatch` (edgegw.watch), which ends it at its deadline, when its client is gone or
-when the drain of a shutdown is over, and tells afterwards which ended it.
+Every exchange is registered with the `DisconnectWatch` (edgegw.watch), which ends it at
+its deadline, when its client is gone or when the drain of a shutdown is over, and tells
+afterwards which ended it: a stream in its cancel scope (`Exchanges.open()`), a whole
+answer without one (`WholeExchange`).
 
 Its steps are written once: a whole answer (`read_answer`: open, send, screen, allow, read,
 close) and a stream into a sink (`stream`: open, send, screen, refusal or head, the pump of
@@ -29,8 +30,8 @@ from edgegw.handoff import Handoff, Relayed
 from edgegw.pump import RelaySink, Sink, StreamCheck, pump
 from edgegw.retry import NO_RETRY, RetryPolicy, send_retrying
 from edgegw.tap import TAP_WHOLE_MAX, TAPS, usage_of
-from edgegw.upstream import Origin, Response, UpstreamPool
-from edgegw.watch import DisconnectWatch, Exchange
+from edgegw.upstream import Origin, Response, UpstreamPool, Watch
+from edgegw.watch import DisconnectWatch, Exchange, WholeExchange
 
 log = logging.getLogger("edgegw.streaming")
 
@@ -81,13 +82,16 @@ class Exchanges:
     # The core's relay thread, for the streams it can relay (edgegw.handoff); None: the pump.
     handoff: Handoff | None = None
 
-    async def send(self, call: Call, up: UpstreamRequest) -> Response:
+    async def send(
+        self, call: Call, up: UpstreamRequest, watch: WholeExchange | None = None
+    ) -> Response:
         """The request sent, and sent again as `up.retry` and the policy allow; each attempt
-        is its own span with its own connection."""
+        is its own span with its own connection. `watch`: the exchange without a scope it
+        is sent in."""
 
         def attempt() -> Awaitable[Response]:
             return send_traced(
-                self.pool, call, up.origin, up.method, up.target, up.headers, up.body
+                self.pool, call, up.origin, up.method, up.target, up.headers, up.body, watch
             )
 
         if up.retry == "none" or self.retry.attempts <= 1:
@@ -100,7 +104,11 @@ class Exchanges:
 
         refused_only = up.retry == "refused"
         return await send_retrying(
-            attempt, self.retry, refused_only=refused_only, on_retry=retrying
+            attempt,
+            self.retry,
+            refused_only=refused_only,
+            on_retry=retrying,
+            nap=trio.sleep if watch is None else watch.nap,
         )
 
     def open(self, call: Call, timeout_s: float) -> Exchange:
@@ -170,9 +178,10 @@ class Exchanges:
         holds of the buffer budget, for the caller to give back once the body is no longer
         held); None when the client went away. A drain or a timeout is raised (503 / 504)."""
         charge = 0
+        started = trio.current_time()
         try:
-            with self.open(call, self.first_byte_timeout_s) as ex:
-                resp = await self.send(call, up)
+            with WholeExchange(call.receive, started, self.first_byte_timeout_s, self.watch) as ex:
+                resp = await self.send(call, up, ex)
                 try:
                     if up.screen is not None:
                         up.screen(resp)
@@ -273,6 +282,7 @@ async def send_traced(
     target: bytes,
     headers: Headers | list[tuple[bytes, bytes]],
     body: bytes,
+    watch: Watch | None = None,
 ) -> Response:
     """`pool.send` with the request's id, and with tracing on, one CLIENT span for the
     attempt (from sending to the response head: its duration is the time to first byte)
@@ -282,12 +292,12 @@ async def send_traced(
     if trace is None:
         if call.trace_context:
             sent += call.trace_context
-        return await pool.send(origin, method, target, sent, body)
+        return await pool.send(origin, method, target, sent, body, None, watch)
     span, context, on_connect = trace.attempt(method, target, origin.host, origin.port)
     sent += context
     opened = pool.open_connections
     try:
-        resp = await pool.send(origin, method, target, sent, body, on_connect)
+        resp = await pool.send(origin, method, target, sent, body, on_connect, watch)
     except BaseException as e:
         span.fail(e)
         span.end()

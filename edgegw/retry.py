@@ -75,9 +75,11 @@ async def send_retrying(
     *,
     refused_only: bool = False,
     on_retry: Callable[[str], None] | None = None,
+    nap: Callable[[float], Awaitable[None]] = trio.sleep,
 ) -> Response:
     """`send()` until an answer worth keeping, at most `policy.attempts` times. The answer
-    returned is open; those given up on are closed. `on_retry(reason)` is told each retry."""
+    returned is open; those given up on are closed. `on_retry(reason)` is told each retry;
+    `nap` waits the backoff."""
     deadline = trio.current_time() + policy.deadline_s
     transport = REFUSED_ONLY if refused_only else RETRIED_TRANSPORT
     k = 0
@@ -102,5 +104,5 @@ async def send_retrying(
             await resp.aclose()
         if on_retry is not None:
             on_retry(reason)
-        await trio.sleep(wait)
+        await nap(wait)
         k += 1

@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import trio
@@ -102,6 +103,26 @@ class Resumes:
 RESUMES = Resumes()
 
 
+class Interrupted(Exception):
+    """The exchange was ended (its deadline, its client gone, the drain) by its `Watch`
+    while its task waited for the connection or for something else."""
+
+
+class Interruptible(Protocol):
+    def interrupt(self) -> None: ...
+
+
+class Watch(Protocol):
+    """An exchange with no cancel scope of its own (edgegw.exchange.WholeExchange): it
+    ends a wait on its connection by waking it (`_Connection.interrupt`), and gives a
+    scope for a wait off it (`scoped`; when the scope was cancelled the caller raises
+    `Interrupted`)."""
+
+    def attach(self, conn: Interruptible) -> None: ...
+
+    def scoped(self) -> trio.CancelScope: ...
+
+
 class _Waiter:
     """A request queued for a connection to its host: handed one (`conn`), or a slot to
     open one (`conn` None), when `ready` is set."""
@@ -125,13 +146,19 @@ class _Host:
 
 
 class _Connection:
-    __slots__ = ("stream", "sock", "host", "plain")
+    __slots__ = ("stream", "sock", "host", "plain", "interrupted")
 
     def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType, host: _Host) -> None:
         self.stream = stream
         self.sock = sock
         self.host = host
         self.plain = isinstance(stream, trio.SocketStream)  # not TLS: the socket is read as is
+        self.interrupted = False  # by its exchange's Watch: never waited on again, nor pooled
+
+    def interrupt(self) -> None:
+        """End the exchange's wait on this connection, now or at its next (`Watch`)."""
+        self.interrupted = True
+        trio.lowlevel.notify_closing(self.sock)
 
     async def receive(self, most: int, fair: bool = True) -> bytes | bytearray:
         """The next bytes the upstream sent (b"" at its end). A plain connection's socket is
@@ -142,13 +169,25 @@ class _Connection:
         a checkpoint, so a loop of reads lets the others run; not with `fair=False`, for the
         reads of an answer's head, which end a step (bounded by the head's size; the body's
         reads that may follow keep their checkpoint)."""
+        if self.interrupted:
+            raise Interrupted()
         if not self.plain:
-            return await self.stream.receive_some(most)
+            try:
+                return await self.stream.receive_some(most)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                if self.interrupted:
+                    raise Interrupted() from None
+                raise
         try:
             data = os.read(self.sock.fileno(), most)  # recv(2), for a socket
         except BlockingIOError:
             while True:
-                await trio.lowlevel.wait_readable(self.sock)  # the checkpoint
+                try:
+                    await trio.lowlevel.wait_readable(self.sock)  # the checkpoint
+                except trio.ClosedResourceError:
+                    if self.interrupted:
+                        raise Interrupted() from None
+                    raise
                 RESUMES.count += 1
                 try:
                     return os.read(self.sock.fileno(), most)
@@ -163,15 +202,27 @@ class _Connection:
         server's own connections are: at once, and once writable when the kernel's buffer is
         full (trio's `send_all` goes through a conflict detector and a memoryview loop). No
         checkpoint when it all went at once: the read of the answer that follows is one."""
+        if self.interrupted:
+            raise Interrupted()
         if not self.plain:
-            await self.stream.send_all(data)
+            try:
+                await self.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                if self.interrupted:
+                    raise Interrupted() from None
+                raise
             return
         view: bytes | memoryview = data  # a view only once a write was partial
         while view:
             try:
                 sent = os.write(self.sock.fileno(), view)  # send(2), for a socket
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.sock)
+                try:
+                    await trio.lowlevel.wait_writable(self.sock)
+                except trio.ClosedResourceError:
+                    if self.interrupted:
+                        raise Interrupted() from None
+                    raise
                 continue
             if sent < len(view):
                 view = memoryview(view)[sent:]
@@ -267,7 +318,7 @@ class UpstreamPool:
         return _Connection(stream, tcp.socket, host)
 
     async def _acquire(
-        self, origin: Origin, on_connect: OnConnect | None = None
+        self, origin: Origin, on_connect: OnConnect | None = None, watch: Watch | None = None
     ) -> tuple[_Connection, bool]:
         """A connection for one exchange: (it, whether it was kept alive from an earlier
         one). At the cap, wait in line (module doc)."""
@@ -281,7 +332,17 @@ class UpstreamPool:
             self.open_connections -= 1
             host.open -= 1
             conn.sock.close()  # sync close of the raw socket; nothing to flush on a dead peer
-        return await self._open(origin, host, on_connect)
+        return await self._opened(origin, host, on_connect, watch)
+
+    async def _opened(
+        self, origin: Origin, host: _Host, on_connect: OnConnect | None, watch: Watch | None
+    ) -> tuple[_Connection, bool]:
+        """`_open`, under the scope `watch` gives for a wait off a connection."""
+        if watch is None:
+            return await self._open(origin, host, on_connect)
+        with watch.scoped():
+            return await self._open(origin, host, on_connect)
+        raise Interrupted()  # reached only when the scope was cancelled
 
     async def _open(
         self, origin: Origin, host: _Host, on_connect: OnConnect | None = None
@@ -357,8 +418,10 @@ class UpstreamPool:
         headers: Headers,
         body: bytes = b"",
         on_connect: OnConnect | None = None,
+        watch: Watch | None = None,
     ) -> Response:
-        """Send a request and wait for the response head (timeouts are the caller's scopes).
+        """Send a request and wait for the response head (timeouts are the caller's scopes,
+        or `watch`'s).
 
         A reused keep-alive connection that turns out closed before any response byte is
         retried once on a fresh connection (the peer never saw the request). `on_connect`
@@ -372,9 +435,11 @@ class UpstreamPool:
         request = _request(origin, method, target, headers, framing, body if joined else b"")
         for attempt in (0, 1):
             if attempt == 0:
-                conn, reused = await self._acquire(origin, on_connect)
+                conn, reused = await self._acquire(origin, on_connect, watch)
             else:  # not an idle one again: it could be stale too
-                conn, reused = await self._open(origin, self._host(origin), on_connect)
+                conn, reused = await self._opened(origin, self._host(origin), on_connect, watch)
+            if watch is not None:
+                watch.attach(conn)
             parser = ResponseParser(method == b"HEAD")
             try:
                 await conn.send_all(request)
@@ -390,7 +455,7 @@ class UpstreamPool:
                 ) from None
             except BaseException as e:
                 await self._discard(conn)
-                if isinstance(e, Exception):
+                if isinstance(e, Exception) and not isinstance(e, Interrupted):
                     raise _transport_error(e) from e
                 raise
         raise AssertionError("unreachable")
@@ -565,6 +630,8 @@ class Response:
             try:
                 data = await self._conn.receive(most)
                 fed = self._parser.feed(data) if data else self._parser.feed_eof()
+            except Interrupted:
+                raise
             except Exception as e:
                 raise _transport_error(e) from e
             self._done = fed.done
@@ -606,6 +673,7 @@ class Response:
             # Read by its chunks and relayed reframed, but never reused: the upstream may
             # have meant the Content-Length, leaving bytes the next answer would start with.
             and not self._mixed_framing()
+            and not self._conn.interrupted
             and self._pool._checkin(self._conn)
         ):
             return

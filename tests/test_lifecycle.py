@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import orjson
+import pytest
 import trio
 import trio.testing
 
@@ -70,6 +73,34 @@ async def test_shutdown_drains_streams_then_ends_the_rest(
     assert b"[DONE]" not in long and orjson.loads(long[-1])["error"]["code"] == "shutting_down"
     with trio.fail_after(8):
         await stopped.wait()
+
+
+async def test_shutdown_ends_a_whole_answer_still_waiting_with_503(
+    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A whole answer has no cancel scope: the drain wakes its wait on the upstream.
+    settings = Settings.load(
+        environ={"SERVER_PORT": "0", "SERVER_GRACEFUL_TIMEOUT": "1s", **upstream_env(mock)}
+    )
+    stop = trio.Event()
+    binds = await nursery.start(partial(serve, settings, shutdown_trigger=stop.wait))
+    port = int(binds[0].rsplit(":", 1)[1])
+    answers: list[tuple[int, bytes]] = []
+
+    async def hang() -> None:
+        body = orjson.dumps({**CHAT, "model": "openai/mock-hang"})
+        resp = await request(port, "POST", "/v1/chat/completions", body)
+        answers.append((resp.status, resp.body))
+
+    async with trio.open_nursery() as clients:
+        clients.start_soon(hang)
+        await wait_until(lambda: bool(mock.requests))
+        started = trio.current_time()
+        stop.set()
+    assert answers[0][0] == 503
+    assert orjson.loads(answers[0][1])["error"]["code"] == "shutting_down"
+    assert trio.current_time() - started == pytest.approx(1, abs=0.1)  # the drain time's end
+    await wait_until(lambda: mock.open_connections == 0)
 
 
 async def test_requests_past_the_in_flight_bound_get_503_at_once(

@@ -13,9 +13,12 @@ from collections.abc import Iterator
 import orjson
 import pytest
 import trio
+import trio.testing
+
+from edgegw.mock import MockUpstream
 
 from .bad_upstream import HANG, BadUpstream, Script, chunk, response
-from .conftest import Gateway, start_gateway
+from .conftest import Gateway, start_gateway, upstream_env
 from .rawhttp import request, sse_data
 
 KEY = "sk-canary-0123456789abcdef"
@@ -307,3 +310,70 @@ async def test_a_reset_at_byte_n_of_a_whole_answer_is_a_502(
         resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
         assert resp.status == 502, cut
         assert KEY.encode() not in resp.body
+
+
+# A whole answer has no cancel scope of its own (edgegw.watch.WholeExchange): its deadline is
+# the watch's timer, which wakes the wait on the upstream connection, or cancels the scope of
+# a wait off it. Virtual time: what each test waits for is that timer.
+
+
+async def test_a_whole_answer_that_stalls_mid_body_ends_at_the_idle_timeout(
+    nursery: trio.Nursery, bad: BadUpstream, autojump_clock: trio.testing.MockClock
+) -> None:
+    gw = await gateway_for(
+        nursery, bad, UPSTREAM_FIRST_BYTE_TIMEOUT="60s", UPSTREAM_IDLE_TIMEOUT="2s"
+    )
+    whole = json_answer(ANSWER)
+    bad.script = Script([(0, whole[: len(whole) - 10])], end=HANG)  # the head, then silence
+    started = trio.current_time()
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 504
+    assert orjson.loads(resp.body)["error"]["code"] == "upstream_timeout"
+    # The body's idle timeout, counted from the head, not the first byte's 60 s.
+    assert trio.current_time() - started == pytest.approx(2, abs=0.1)
+    # The woken connection was closed, not pooled: the next answer comes on a new one.
+    assert gw.pool.idle_count() == 0 and gw.pool.open_connections == 0
+    bad.script = Script([(0, json_answer(ANSWER))])
+    assert (await request(gw.port, "POST", "/v1/chat/completions", CHAT)).status == 200
+    assert bad.connections == 2
+
+
+async def test_a_whole_answer_waiting_for_its_head_ends_at_the_first_byte_timeout(
+    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
+) -> None:
+    gw = await start_gateway(
+        nursery, upstream_env(mock, UPSTREAM_FIRST_BYTE_TIMEOUT="5s", UPSTREAM_IDLE_TIMEOUT="1s")
+    )
+    model = {"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]}
+    assert (
+        await request(gw.port, "POST", "/v1/chat/completions", orjson.dumps(model))
+    ).status == 200
+    # On the kept-alive connection this time: the wait the timer wakes is a pooled one's.
+    started = trio.current_time()
+    hang = orjson.dumps({**model, "model": "openai/mock-hang"})
+    resp = await request(gw.port, "POST", "/v1/chat/completions", hang)
+    assert resp.status == 504
+    assert orjson.loads(resp.body)["error"]["code"] == "upstream_timeout"
+    assert trio.current_time() - started == pytest.approx(5, abs=0.1)
+    assert gw.pool.reused == 1 and gw.pool.open_connections == 0
+
+
+async def test_a_retry_backoff_ends_at_the_first_byte_timeout(
+    nursery: trio.Nursery, bad: BadUpstream, autojump_clock: trio.testing.MockClock
+) -> None:
+    # A 503 whose Retry-After is waited: a wait off any connection, under a scope of its own.
+    gw = await gateway_for(
+        nursery,
+        bad,
+        UPSTREAM_FIRST_BYTE_TIMEOUT="3s",
+        UPSTREAM_RETRY_MAX_RETRY_AFTER="60s",
+        UPSTREAM_RETRY_DEADLINE="120s",
+    )
+    busy = orjson.dumps({"error": {"message": "busy"}})
+    bad.script = Script([(0, json_answer(busy, status=503, extra=(("retry-after", "30"),)))])
+    started = trio.current_time()
+    resp = await request(gw.port, "POST", "/v1/chat/completions", CHAT)
+    assert resp.status == 504
+    assert orjson.loads(resp.body)["error"]["code"] == "upstream_timeout"
+    assert trio.current_time() - started == pytest.approx(3, abs=0.1)
+    assert len(bad.requests) == 1  # the retry never went
