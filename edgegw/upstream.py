@@ -160,7 +160,7 @@ class _Connection:
         self.interrupted = True
         trio.lowlevel.notify_closing(self.sock)
 
-    async def receive(self, most: int, fair: bool = True) -> bytes | bytearray:
+    async def receive(self, most: int, fair: bool = True, early: bool = True) -> bytes | bytearray:
         """The next bytes the upstream sent (b"" at its end). A plain connection's socket is
         read directly, as the server's own connections are (edgegw.http1.wire): at once, and
         once readable when nothing was there. trio's `receive_some` does the same through a
@@ -168,7 +168,9 @@ class _Connection:
         stream's relayed event (bench/README.md). Bytes that were waiting are returned after
         a checkpoint, so a loop of reads lets the others run; not with `fair=False`, for the
         reads of an answer's head, which end a step (bounded by the head's size; the body's
-        reads that may follow keep their checkpoint)."""
+        reads that may follow keep their checkpoint). With `early=False` a plain socket is
+        read only once readable: the first read of an answer, just after its request was
+        sent, would find nothing and cost a failed recv(2) and its exception."""
         if self.interrupted:
             raise Interrupted()
         if not self.plain:
@@ -178,24 +180,27 @@ class _Connection:
                 if self.interrupted:
                     raise Interrupted() from None
                 raise
-        try:
-            data = os.read(self.sock.fileno(), most)  # recv(2), for a socket
-        except BlockingIOError:
-            while True:
-                try:
-                    await trio.lowlevel.wait_readable(self.sock)  # the checkpoint
-                except trio.ClosedResourceError:
-                    if self.interrupted:
-                        raise Interrupted() from None
-                    raise
-                RESUMES.count += 1
-                try:
-                    return os.read(self.sock.fileno(), most)
-                except BlockingIOError:  # a spurious wake-up
-                    continue
-        if fair:
-            await trio.lowlevel.checkpoint()  # data was waiting: let the others run first
-        return data
+        if early:
+            try:
+                data = os.read(self.sock.fileno(), most)  # recv(2), for a socket
+            except BlockingIOError:
+                pass
+            else:
+                if fair:
+                    await trio.lowlevel.checkpoint()  # data was waiting: let the others run
+                return data
+        while True:
+            try:
+                await trio.lowlevel.wait_readable(self.sock)  # the checkpoint
+            except trio.ClosedResourceError:
+                if self.interrupted:
+                    raise Interrupted() from None
+                raise
+            RESUMES.count += 1
+            try:
+                return os.read(self.sock.fileno(), most)
+            except BlockingIOError:  # a spurious wake-up
+                continue
 
     async def send_all(self, data: bytes) -> None:
         """Write all of `data`. A plain connection's socket is written directly, as the
@@ -538,7 +543,7 @@ async def _read_head(
     got_bytes = False
     while True:
         try:
-            data = await conn.receive(READ_SIZE, fair=False)
+            data = await conn.receive(READ_SIZE, fair=False, early=got_bytes)
         except (trio.BrokenResourceError, OSError):
             if not got_bytes:
                 raise _StaleConnection() from None

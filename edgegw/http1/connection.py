@@ -229,7 +229,7 @@ class Connection:
                     self.server.idle[self] = None
                     self.waiting = True
                     try:
-                        data = await wire.recv()
+                        data = await wire.recv_later()
                     finally:
                         self.waiting = False
                         self.server.idle.pop(self, None)
@@ -237,7 +237,7 @@ class Connection:
                     deadline = self.accepted_at + limits.header_timeout_s
                     with trio.CancelScope(deadline=deadline) as scope:
                         self.idle_scope = scope
-                        data = await wire.recv()
+                        data = await wire.recv_later()
                     self.idle_scope = None
                     if scope.cancelled_caught:
                         return None

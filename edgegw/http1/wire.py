@@ -72,6 +72,15 @@ class Wire:
             except trio.ClosedResourceError:
                 return b""
 
+    async def recv_later(self) -> bytes:
+        """`recv` once `recv_now` found nothing: the wait first, not a second recv(2) that
+        would fail as the first did."""
+        try:
+            await trio.lowlevel.wait_readable(self.sock)
+        except trio.ClosedResourceError:
+            return b""
+        return await self.recv()
+
     async def write(self, data: bytes) -> bool:
         """Send all of `data`; False when the client is gone or the write stalled (the
         connection is then given up)."""
