@@ -109,6 +109,7 @@ class Exchanges:
             refused_only=refused_only,
             on_retry=retrying,
             nap=trio.sleep if watch is None else watch.nap,
+            started=None if watch is None else watch.started,
         )
 
     def open(self, call: Call, timeout_s: float) -> Exchange:

@@ -76,11 +76,12 @@ async def send_retrying(
     refused_only: bool = False,
     on_retry: Callable[[str], None] | None = None,
     nap: Callable[[float], Awaitable[None]] = trio.sleep,
+    started: float | None = None,
 ) -> Response:
     """`send()` until an answer worth keeping, at most `policy.attempts` times. The answer
     returned is open; those given up on are closed. `on_retry(reason)` is told each retry;
-    `nap` waits the backoff."""
-    deadline = trio.current_time() + policy.deadline_s
+    `nap` waits the backoff; `started`: when the first attempt began, if the caller knows."""
+    deadline = (trio.current_time() if started is None else started) + policy.deadline_s
     transport = REFUSED_ONLY if refused_only else RETRIED_TRANSPORT
     k = 0
     while True:

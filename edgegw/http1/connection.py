@@ -234,8 +234,8 @@ class Connection:
                         self.waiting = False
                         self.server.idle.pop(self, None)
                 else:
-                    deadline = self.accepted_at + limits.header_timeout_s
-                    with trio.CancelScope(deadline=deadline) as scope:
+                    first = self.accepted_at + limits.header_timeout_s
+                    with trio.CancelScope(deadline=first) as scope:
                         self.idle_scope = scope
                         data = await wire.recv_later()
                     self.idle_scope = None
@@ -246,10 +246,11 @@ class Connection:
             if not data:
                 return None
             buf += data
-        if self.kept_alive:
-            deadline = trio.current_time() + limits.header_timeout_s
-        else:
-            deadline = self.accepted_at + limits.header_timeout_s
+        # A kept-alive connection's head has header_timeout_s from its first bytes: taken only
+        # when the head is not all in yet, as a whole head (nearly every one) never waits.
+        deadline: float | None = (
+            None if self.kept_alive else self.accepted_at + limits.header_timeout_s
+        )
         cap = limits.max_head_bytes
         scan = 0
         while True:
@@ -271,6 +272,8 @@ class Connection:
                 await wire.refuse(400, "invalid_request", "bare CR or LF in the request head")
                 return None
             scan = max(0, len(buf) - 3)
+            if deadline is None:
+                deadline = trio.current_time() + limits.header_timeout_s
             with trio.CancelScope(deadline=deadline) as scope:
                 data = await wire.recv()
             if scope.cancelled_caught:
