@@ -113,7 +113,7 @@ class Interruptible(Protocol):
 
 
 class Watch(Protocol):
-    """An exchange with no cancel scope of its own (edgegw.exchange.WholeExchange): it
+    """An exchange with no cancel scope of its own (edgegw.watch.WholeExchange): it
     ends a wait on its connection by waking it (`_Connection.interrupt`), and gives a
     scope for a wait off it (`scoped`; when the scope was cancelled the caller raises
     `Interrupted`)."""
