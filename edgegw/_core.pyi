@@ -533,8 +533,10 @@ class TraceRecord:
 # `overdue(now)` names those still for their limit at `now` on the caller's clock (`idle_s`
 # reading the upstream, `stall_s` blocked on the client, given to `start` with the hand-over's
 # time), each with whether it is the client that stalled; `take(id, parser)` hands one back
-# (ended or not) with the upstream framing restored into `parser`. `close()` stops the thread
-# and closes its descriptors; after it `take` finds nothing, `start` raises.
+# (ended or not) with the upstream framing restored into `parser`. `start` writes `head` (the
+# client's, held) with the first events and returns (id, over): over, the stream ended within
+# it and is taken back at once, never named by `finished()`. `close()` stops the thread and
+# closes its descriptors; after it `take` finds nothing, `start` raises.
 @final
 class CoreRelay:
     def __new__(cls) -> Self: ...
@@ -546,6 +548,7 @@ class CoreRelay:
         upstream_fd: int,
         client_fd: int,
         parser: ResponseParser,
+        head: bytes,
         secret: bytes | None,
         hide_usage: bool,
         first: bytes,
@@ -553,14 +556,15 @@ class CoreRelay:
         now: float,
         idle_s: float,
         stall_s: float,
-    ) -> int: ...
+    ) -> tuple[int, bool]: ...
     def finished(self) -> list[int]: ...
     def overdue(self, now: float) -> list[tuple[int, bool]]: ...
     def take(self, id: int, parser: ResponseParser) -> RelayEnd | None: ...
     def __len__(self) -> int: ...
 
-# A stream taken back: `ended` (whole), or a fault (`code`, `message`: the caller writes the
-# error event), or `client_gone`, or `running`; its events, `done`, the tapped events' data,
+# A stream taken back: `ended` (whole, its terminator written), or a fault (`code`, `message`:
+# the caller writes the error event), or `client_gone`, or `running` (not over, or its last
+# bytes not out); its events, `done`, the tapped events' data,
 # the client writes' times (seconds from the hand-over) and gap counts (None before a write).
 @final
 class RelayEnd:

@@ -224,11 +224,13 @@ class Exchanges:
                     await refused(resp)
                     return ex
                 ex.scope.deadline = math.inf  # from here on only silence is bounded
+                handoff = self.handoff
+                claimed = None if handoff is None else handoff.claim(call, resp, sink)
                 await start(resp)
                 try:
                     relayed = Relayed.NO
-                    if self.handoff is not None and isinstance(sink, RelaySink):
-                        relayed = await self.handoff.relay(call, resp, sink, self.idle_timeout_s)
+                    if handoff is not None and claimed is not None:
+                        relayed = await handoff.relay(call, resp, claimed, self.idle_timeout_s)
                     if relayed is Relayed.NO:
                         await pump(resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s)
                     elif relayed is Relayed.CLIENT_GONE:

@@ -6,8 +6,11 @@ answered on the plain listener's own connection (chunked), is relayed by the cor
 thread reads the upstream, frames, splits, taps, scrubs and writes to the client, with no
 Python between a read and a write. The request's task waits for the stream's end, then
 takes it back and does what the pump would have done at the end: the tap's pieces into the
-outcome, the client writes' times into TTFT and the gaps, and the stream's last words (the
-terminator, or the error event) written through the cycle as any other send.
+outcome, the client writes' times into TTFT and the gaps, and a fault's error event written
+through the cycle as any other send. The client's head and a whole stream's terminator are
+written by the core, with the first and the last events: the head is held from the moment
+the stream is claimed (`Handoff.claim`, before the head), and a stream whose body came
+whole with the upstream's head is relayed within `start` and taken back at once.
 
 The deadlines stay on Trio's clock: one task (`Handoff.run`) asks the core every `slack`
 (the least of the waiting streams', as the pump's, edgegw.pump) which streams are overdue;
@@ -27,7 +30,7 @@ import trio
 from edgegw._core import CoreRelay, RelayEnd
 from edgegw.answer import GapCounts, Outcome, SseWriter
 from edgegw.asgi import Call
-from edgegw.pump import STALLED, RelaySink
+from edgegw.pump import STALLED, RelaySink, Sink
 from edgegw.tap import TAPS
 from edgegw.upstream import Response
 
@@ -92,35 +95,53 @@ class Handoff:
                     waiter.stalled = "client" if blocked else "upstream"
                     waiter.ended.set()
 
+    def claim(self, call: Call, resp: Response, sink: Sink) -> RelaySink | None:
+        """Before the answer's head: the sink when the core can relay this stream, the
+        client's head then held for the core to write with the first events (one write
+        fewer); None when it needs the pump."""
+        if (
+            not isinstance(sink, RelaySink)
+            or sink.check is not None
+            or sink.completion is not None
+            or not resp.handable
+            or (direct := call.direct()) is None
+        ):
+            return None
+        direct.direct_hold_head()
+        return sink
+
     async def relay(self, call: Call, resp: Response, sink: RelaySink, idle_s: float) -> Relayed:
-        """The stream relayed by the core, to its end, when no Python must see its events."""
-        if sink.check is not None or sink.completion is not None:
-            return Relayed.NO
+        """A `claim`ed stream relayed by the core, to its end."""
         direct = call.direct()
         if direct is None or (client_fd := direct.direct_fd()) is None:
-            return Relayed.NO
+            return Relayed.NO  # an HTTP/1.0 client (no chunked framing), or gone
         handed = resp.hand_over()
         if handed is None:
             return Relayed.NO
         upstream_fd, parser, first, complete = handed
         started = trio.current_time()
-        sid = self.core.start(
-            upstream_fd, client_fd, parser, sink.secret, sink.hidden_usage, first, complete,
-            started, idle_s, direct.direct_stall_s,
+        sid, over = self.core.start(
+            upstream_fd, client_fd, parser, direct.direct_take_head(), sink.secret,
+            sink.hidden_usage, first, complete, started, idle_s, direct.direct_stall_s,
         )  # fmt: skip
         self.handed += 1
-        waiter = self._waiting[sid] = _Waiter(min(1.0, idle_s / 4))
-        self._nap.deadline = min(self._nap.deadline, started + waiter.slack)
+        waiter = None
+        if not over:  # else it came whole with the head and is written already
+            waiter = self._waiting[sid] = _Waiter(min(1.0, idle_s / 4))
+            self._nap.deadline = min(self._nap.deadline, started + waiter.slack)
         try:
-            await waiter.ended.wait()
+            if waiter is not None:
+                await waiter.ended.wait()
         finally:
-            del self._waiting[sid]
+            if waiter is not None:
+                del self._waiting[sid]
             end = self.core.take(sid, parser)
             resp.taken_back()
             assert end is not None
             _settle(end, sink.writer, sink.outcome, started)
         writer = sink.writer
         if end.running:  # taken back on a deadline
+            assert waiter is not None
             if waiter.stalled == "client":
                 await direct.direct_stalled()  # raises Cancelled: the connection is given up
             await writer.fail(*STALLED)
@@ -130,6 +151,7 @@ class Handoff:
         elif end.code is not None:
             await writer.fail(end.code, end.message or "")
         else:
+            direct.direct_ended()  # the core wrote the terminator with the last events
             await writer.close()
         return Relayed.ENDED
 

@@ -644,12 +644,19 @@ class Response:
                 return fed.body
         return b""
 
+    @property
+    def handable(self) -> bool:
+        """Whether `hand_over` gives the body to the core: not when its bytes need Python
+        (TLS, a content coding)."""
+        if not self._conn.plain or self._closed:
+            return False
+        return (self.header(b"content-encoding") or b"").strip().lower() in (b"", b"identity")
+
     def hand_over(self) -> tuple[int, ResponseParser, bytes, bool] | None:
         """For the core's relay to read the rest of the body itself: (the connection's
         descriptor, the body's framing, the body bytes read with the head, whether the body
-        ended with them). None when its bytes need Python: TLS, or a content coding."""
-        coding = (self.header(b"content-encoding") or b"").strip().lower()
-        if not self._conn.plain or self._closed or coding not in (b"", b"identity"):
+        ended with them). None when it is not `handable`."""
+        if not self.handable:
             return None
         first, self._pending = self._pending, b""
         return self._conn.sock.fileno(), self._parser, first, self._done

@@ -27,7 +27,7 @@ from .conftest import (
     upstream_env,
     wait_until,
 )
-from .rawhttp import request, sse_data
+from .rawhttp import Client, request, sse_data
 
 KEY = "sk-canary-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -102,6 +102,28 @@ SCRIPTS: dict[str, tuple[Script, bytes]] = {
         ),
         STREAM,
     ),  # fmt: skip
+    # The whole body read with the upstream's head: relayed within the hand-over itself.
+    "whole with the head": (
+        Script([(0, response(200, CHUNKED) + chunk(EVENTS + FINISH) + chunk(DONE) + b"0\r\n\r\n")]),
+        STREAM,
+    ),
+    "whole with the head, content-length": (
+        Script(
+            [
+                (
+                    0,
+                    response(200, [*SSE, ("content-length", str(len(EVENTS + DONE)))])
+                    + EVENTS
+                    + DONE,
+                )
+            ]
+        ),
+        STREAM,
+    ),  # fmt: skip
+    "cut mid-event, whole with the head": (
+        Script([(0, response(200, CHUNKED) + chunk(EVENTS + b'data: {"cut') + b"0\r\n\r\n")]),
+        STREAM,
+    ),
     "an event over the bound": (
         Script(chunked(EVENTS, b"data: " + b"x" * (1 << 20), b"\n\n", DONE)),
         STREAM,
@@ -151,6 +173,30 @@ async def test_the_core_sends_what_the_pump_sends(
         assert b'"usage"' not in from_core
     if name.startswith("cut") or name == "bad chunk framing":
         assert b'"cut' not in from_core and b"[DONE]" not in from_core
+
+
+async def test_streams_the_core_wrote_whole_keep_the_connection(
+    nursery: trio.Nursery, bad: BadUpstream
+) -> None:
+    # The core writes the client's head with the first events and the terminator with the
+    # last: two streams and a plain request on one kept-alive connection, each framed whole.
+    core, _ = await both(nursery, bad)
+    assert core.handoff is not None
+    bad.script = Script([(0, response(200, CHUNKED) + chunk(EVENTS) + chunk(DONE) + b"0\r\n\r\n")])
+    async with await trio.open_tcp_stream("127.0.0.1", core.port) as stream:
+        client = Client(stream)
+        for _ in range(2):
+            await client.send("POST", "/v1/chat/completions", STREAM)
+            reply = await client.reply()
+            assert reply.complete and reply.status == 200
+            assert reply.headers["content-type"] == "text/event-stream"
+            assert reply.headers["transfer-encoding"] == "chunked"
+            assert "x-request-id" in reply.headers
+            assert reply.body == EVENTS + DONE
+            client.conn.start_next_cycle()
+        await client.send("GET", "/v1/models")
+        assert (await client.reply()).status == 200
+    assert core.handoff.handed == 2
 
 
 async def test_a_coded_stream_is_left_to_the_pump(nursery: trio.Nursery, bad: BadUpstream) -> None:

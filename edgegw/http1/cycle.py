@@ -95,6 +95,7 @@ class Cycle:
         "awaits_continue",
         "continue_sent",
         "held",
+        "hold_head",
         "requests",
         "failure",
         "over",
@@ -147,6 +148,7 @@ class Cycle:
         self.awaits_continue = head.expect_continue and not self.body_done
         self.continue_sent = False
         self.held = b""
+        self.hold_head = False  # a chunked head waits for the core's relay to write it
         self.requests = requests  # the connection's: ending this request ends it too
         self.failure: tuple[int, str, str] | None = None
         self.over = False
@@ -359,23 +361,43 @@ class Cycle:
                 self.remaining = length
                 self.held = head
                 self.response = ResponseState.HEAD_HELD
+            elif self.hold_head and self.framing is Framing.CHUNKED:
+                self.held = head
+                self.response = ResponseState.HEAD_HELD
             else:
                 self.response = ResponseState.SENDING
                 await self._write(head)
 
     # -- the body written by the core's relay (edgegw.handoff) ------------------------------
 
+    def direct_hold_head(self) -> None:
+        """The answer's head, when chunked, is held for the relay (`direct_take_head`)."""
+        self.hold_head = True
+
     def direct_fd(self) -> int | None:
         """The socket's descriptor while body bytes may go to it as the relay frames them
-        (chunked, the head out, nothing held, the client there); None otherwise."""
+        (chunked, the head out or held, the client there); None otherwise."""
         if (
-            self.response is not ResponseState.SENDING
+            (
+                self.response is not ResponseState.SENDING
+                and self.response is not ResponseState.HEAD_HELD
+            )
             or self.framing is not Framing.CHUNKED
-            or self.held
             or self.wire.gone
         ):
             return None
         return self.wire.sock.fileno()
+
+    def direct_take_head(self) -> bytes:
+        """The held head (b"" when it is out), now the relay's to write."""
+        head, self.held = self.held, b""
+        if self.response is ResponseState.HEAD_HELD:
+            self.response = ResponseState.SENDING
+        return head
+
+    def direct_ended(self) -> None:
+        """The relay wrote the body's end (its terminator)."""
+        self.response = ResponseState.COMPLETE
 
     @property
     def direct_stall_s(self) -> float:

@@ -29,8 +29,9 @@ impl CoreRelay {
     }
 }
 
-/// A stream taken back: how it ended (`ended`: over whole; `code`/`message`: a fault whose
-/// error event the caller writes; `client_gone`; `running`: taken back before it ended),
+/// A stream taken back: how it ended (`ended`: over whole, its terminator written;
+/// `code`/`message`: a fault whose error event the caller writes; `client_gone`; `running`:
+/// taken back before it ended, or before its last bytes were out),
 /// its count of events, `done`, the `tapped` events' data, and the client writes' times
 /// (seconds from the hand-over) and gaps (GAP_BUCKETS + 1 counts, None before a second).
 #[pyclass(frozen, module = "edgegw._core")]
@@ -78,11 +79,14 @@ impl CoreRelay {
         self.inner = None; // joins the thread; its descriptors close with the last reference
     }
 
-    /// Hands a stream over; its framing state is moved out of `parser`. `first`: body
-    /// bytes read with the head; `complete`: the body ended with them. `now`, `idle_s` and
-    /// `stall_s`: its deadlines on the caller's clock (`overdue`).
+    /// Hands a stream over; its framing state is moved out of `parser`. `head`: the
+    /// client's answer head, to write with the first events (b"" when it is out). `first`:
+    /// body bytes read with the upstream's head; `complete`: the body ended with them.
+    /// `now`, `idle_s` and `stall_s`: its deadlines on the caller's clock (`overdue`).
+    /// (id, over): over, the stream ended here and is to be taken back at once.
     #[pyo3(signature = (
-        upstream_fd, client_fd, parser, secret, hide_usage, first, complete, now, idle_s, stall_s
+        upstream_fd, client_fd, parser, head, secret, hide_usage, first, complete, now, idle_s,
+        stall_s
     ))]
     #[allow(clippy::too_many_arguments)]
     fn start(
@@ -90,6 +94,7 @@ impl CoreRelay {
         upstream_fd: i32,
         client_fd: i32,
         parser: &Bound<'_, ResponseParser>,
+        head: &[u8],
         secret: Option<&[u8]>,
         hide_usage: bool,
         first: &[u8],
@@ -97,7 +102,7 @@ impl CoreRelay {
         now: f64,
         idle_s: f64,
         stall_s: f64,
-    ) -> PyResult<u64> {
+    ) -> PyResult<(u64, bool)> {
         let relay_loop = self.running()?;
         let framing = std::mem::replace(
             &mut parser.borrow_mut().inner,
@@ -113,6 +118,7 @@ impl CoreRelay {
             upstream_fd,
             client_fd,
             relay,
+            head,
             (first, complete),
             (now, idle_s, stall_s),
         ))
@@ -162,7 +168,7 @@ impl CoreRelay {
             code: fault.as_ref().map(|f| f.0),
             message: fault.map(|f| f.1),
             client_gone,
-            running: s.end.is_none(),
+            running: !s.is_finished(),
             events: s.relay.events,
             done: s.relay.done,
             tapped: s

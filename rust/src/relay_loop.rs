@@ -9,8 +9,9 @@
 //! writes what the relay made at once, and while the client cannot take more it stops
 //! reading (the upstream's own flow control then holds the rest). A stream that ends (over
 //! whole, a fault, the client gone) is put on the finished list and the gateway is woken
-//! through one eventfd (`done_fd`); it then takes the stream back with what it counted, and
-//! writes the stream's end itself. Deadlines stay on the gateway's clock: one task of the
+//! through one eventfd (`done_fd`); it then takes the stream back with what it counted. A
+//! whole stream's end (the client's chunked terminator) is written here with its last
+//! events; a fault's error event the gateway writes itself. Deadlines stay on the gateway's clock: one task of the
 //! gateway calls `overdue(now)` at its own pace, which says which streams made no progress
 //! for their limit by that clock, and it takes a stream back at any time (a disconnect, a
 //! drain, a stall), after which the thread never touches its sockets.
@@ -112,6 +113,11 @@ impl Stream {
         }
         if let Some(stop) = self.relay.stop() {
             if self.end.is_none() {
+                if *stop == Stop::Ended {
+                    // The client's body ends here too: its terminator leaves with the last
+                    // events, not in a write of the gateway's own.
+                    self.out.extend_from_slice(b"0\r\n\r\n");
+                }
                 self.end = Some(End::Relay(stop.clone()));
             }
         }
@@ -281,17 +287,21 @@ impl RelayLoop {
         self.shared.done.0
     }
 
-    /// Hands a stream over: `first` is body read with the head, `complete` when the body
-    /// ended with it; `deadlines` (now, idle, stall) on the gateway's clock (`overdue`). Its
-    /// first bytes are written here, at once.
+    /// Hands a stream over: `head` is the client's answer head, not yet written (it leaves
+    /// with the first events); `first` is body read with the upstream's head, `complete`
+    /// when the body ended with it; `deadlines` (now, idle, stall) on the gateway's clock
+    /// (`overdue`). What it can relay is written here, at once. True with the id when the
+    /// stream is over already (all of it read and written, or the client gone): it is not
+    /// on the finished list, and the caller takes it back now.
     pub fn start(
         &self,
         up: RawFd,
         client: RawFd,
         relay: Relay,
+        head: &[u8],
         (first, complete): (&[u8], bool),
         (now, idle, stall): (f64, f64, f64),
-    ) -> u64 {
+    ) -> (u64, bool) {
         let mut state = self.shared.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -299,7 +309,7 @@ impl RelayLoop {
             up,
             client,
             relay,
-            out: Vec::new(),
+            out: head.to_vec(),
             sent: 0,
             blocked: false,
             reads: 0,
@@ -319,17 +329,20 @@ impl RelayLoop {
         if !first.is_empty() || complete {
             s.feed(|r, out| r.feed_body(first, complete, out));
         }
-        // Registered as reading first, so that `settle` moves it like any other.
-        sys::epoll_add(self.shared.epoll.0, up, sys::EPOLLIN, id * 2);
-        let mut finished = Vec::new();
-        self.shared.settle(id, &mut s, &mut finished);
-        state.streams.insert(id, s);
-        if !finished.is_empty() {
-            state.finished.append(&mut finished);
-            drop(state);
-            sys::signal_eventfd(self.shared.done.0);
+        // Most unpaced streams come whole with the upstream's head: those never enter the
+        // epoll set nor wake the gateway through `done_fd`.
+        let drained = s.flush();
+        let over = s.end.is_some() && (drained || s.end == Some(End::ClientGone));
+        if over {
+            s.finished = true;
+        } else if drained {
+            sys::epoll_add(self.shared.epoll.0, up, sys::EPOLLIN, id * 2);
+        } else {
+            s.blocked = true;
+            sys::epoll_add(self.shared.epoll.0, client, sys::EPOLLOUT, id * 2 + 1);
         }
-        id
+        state.streams.insert(id, s);
+        (id, over)
     }
 
     /// The streams that finished since the last call.
@@ -589,13 +602,15 @@ mod tests {
         let p = parser.feed(&head[..n]).unwrap();
         assert!(p.head.is_some());
         let r = Relay::new(parser, Vec::new(), false, DEFAULT_MAX_EVENT_BYTES);
-        let id = l.start(
+        let (id, over) = l.start(
             up.as_raw_fd(),
             client.as_raw_fd(),
             r,
+            b"HEAD\r\n\r\n",
             (&p.body, p.done),
             (0.0, 60.0, 60.0),
         );
+        assert!(!over);
         upstream
             .write_all(b"data: a\n\ndata: b\n\ndata: [DONE]\n\n")
             .unwrap();
@@ -607,10 +622,47 @@ mod tests {
         drop(client);
         let mut got = Vec::new();
         reader.read_to_end(&mut got).unwrap();
+        // The held head first, the terminator last.
+        let body = got.strip_prefix(b"HEAD\r\n\r\n").unwrap();
+        let body = body.strip_suffix(b"0\r\n\r\n").unwrap();
         assert_eq!(
-            unchunk(&got).unwrap(),
+            unchunk(body).unwrap(),
             b"data: a\n\ndata: b\n\ndata: [DONE]\n\n"
         );
+        assert!(l.is_empty());
+    }
+
+    #[test]
+    fn a_stream_whole_at_the_hand_over_ends_in_start() {
+        let l = RelayLoop::new().unwrap();
+        let (_upstream, up) = UnixStream::pair().unwrap(); // never read: the body came whole
+        let (client, mut reader) = UnixStream::pair().unwrap();
+        client.set_nonblocking(true).unwrap();
+        let whole = b"HTTP/1.1 200 OK\r\ncontent-length: 23\r\n\r\ndata: a\n\ndata: [DONE]\n\n";
+        let mut parser = ResponseParser::new(false);
+        let p = parser.feed(whole).unwrap();
+        assert!(p.done);
+        let r = Relay::new(parser, Vec::new(), false, DEFAULT_MAX_EVENT_BYTES);
+        let (id, over) = l.start(
+            up.as_raw_fd(),
+            client.as_raw_fd(),
+            r,
+            b"H\r\n\r\n",
+            (&p.body, p.done),
+            (0.0, 60.0, 60.0),
+        );
+        assert!(over);
+        // Taken back at once: never on the finished list, the gateway never woken.
+        assert!(l.finished().is_empty());
+        let s = l.take(id).unwrap();
+        assert_eq!(s.end, Some(End::Relay(Stop::Ended)));
+        assert!(s.is_finished() && s.relay.done);
+        drop(client);
+        let mut got = Vec::new();
+        reader.read_to_end(&mut got).unwrap();
+        let body = got.strip_prefix(b"H\r\n\r\n").unwrap();
+        let body = body.strip_suffix(b"0\r\n\r\n").unwrap();
+        assert_eq!(unchunk(body).unwrap(), b"data: a\n\ndata: [DONE]\n\n");
         assert!(l.is_empty());
     }
 
@@ -632,7 +684,7 @@ mod tests {
         let mut out = Vec::new();
         assert!(r.feed_raw(head, &mut out).is_none());
         let fds = (up.as_raw_fd(), client.as_raw_fd());
-        let id = l.start(fds.0, fds.1, r, (b"", false), (0.0, 60.0, 60.0));
+        let (id, _) = l.start(fds.0, fds.1, r, b"", (b"", false), (0.0, 60.0, 60.0));
         Handed {
             upstream,
             reader,
