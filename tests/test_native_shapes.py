@@ -15,7 +15,15 @@ import pytest
 import trio
 
 from .bad_upstream import RESET, BadUpstream, Script, chunk, response
-from .conftest import Gateway, in_thread, openai_client, sample, scrape, start_gateway
+from .conftest import (
+    Gateway,
+    in_thread,
+    openai_client,
+    sample,
+    scrape,
+    start_gateway,
+    wait_until,
+)
 from .echo_upstream import Answer, EchoUpstream
 from .native_streams import TEXT_START, message_end, message_start, sse, text_delta
 from .rawhttp import request
@@ -195,8 +203,15 @@ async def test_messages_are_observed_like_chat(
     )
     resp = await request(gw.port, "POST", "/v1/messages", body)
     assert resp.status == 200
-    access = [r.getMessage() for r in caplog.records if r.name == "edgegw.access"]
-    assert access and "provider=anthropic" in access[-1]
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "edgegw.access"]
+
+    # The core's relay writes a stream's last bytes: the request is logged once it took the
+    # stream back, which may be just after the client read them.
+    await wait_until(lambda: bool(logged()))
+    access = logged()
+    assert "provider=anthropic" in access[-1]
     assert "model='anthropic/claude-sonnet-4-5'" in access[-1] and "ttft=-" not in access[-1]
     text = await scrape(gw.metrics_port)
     usage = "gen_ai_client_token_usage_sum"
