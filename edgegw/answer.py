@@ -85,7 +85,7 @@ class Ending(enum.Enum):
 
 
 class Ended(Protocol):
-    """An exchange after its scope (edgegw.watch.Exchange), as `SseWriter.settle` reads it."""
+    """An exchange after its `with` (edgegw.watch), as `SseWriter.settle` reads it."""
 
     @property
     def ending(self) -> Ending: ...

@@ -2,8 +2,8 @@
 
 Every exchange is registered with the `DisconnectWatch` (edgegw.watch), which ends it at
 its deadline, when its client is gone or when the drain of a shutdown is over, and tells
-afterwards which ended it: a stream in its cancel scope (`Exchanges.open()`), a whole
-answer without one (`WholeExchange`).
+afterwards which ended it: /proxy's and the local workers' exchanges in a cancel scope
+(`Exchanges.open()`), a whole answer and a stream without one (`WholeExchange`).
 
 Its steps are written once: a whole answer (`read_answer`: open, send, screen, allow, read,
 close) and a stream into a sink (`stream`: open, send, screen, refusal or head, the pump of
@@ -207,15 +207,19 @@ class Exchanges:
         *,
         start: Callable[[Response], Awaitable[None]],
         refused: Callable[[Response], Awaitable[None]],
-    ) -> Exchange:
+    ) -> WholeExchange:
         """The stream operation, its steps in this order: open (the first-byte deadline),
         send, screen; an answer that is no stream (not 2xx) goes to `refused`, its body
         read within the idle deadline; else `start` (the head to the client) and the pump
         into `sink` (or the core's relay, for a `RelaySink` it can take), silence bounded
         per piece; the response closed. The exchange is returned for the caller's writer
-        to settle."""
-        with self.open(call, self.first_byte_timeout_s) as ex:
-            resp = await self.send(call, up)
+        to settle. It has no cancel scope of its own (`WholeExchange`): a stream the core
+        relays whole at the hand-over waits for nothing after its head, and the pump or
+        the core's relay wait in a scope of the exchange's (`scoped`)."""
+        with WholeExchange(
+            call.receive, trio.current_time(), self.first_byte_timeout_s, self.watch
+        ) as ex:
+            resp = await self.send(call, up, ex)
             try:
                 if up.screen is not None:
                     up.screen(resp)
@@ -223,16 +227,24 @@ class Exchanges:
                     ex.allow(self.idle_timeout_s)
                     await refused(resp)
                     return ex
-                ex.scope.deadline = math.inf  # from here on only silence is bounded
+                ex.allow(math.inf)  # from here on only silence is bounded
+                ex.detach()
                 handoff = self.handoff
                 claimed = None if handoff is None else handoff.claim(call, resp, sink)
                 await start(resp)
                 try:
                     relayed = Relayed.NO
                     if handoff is not None and claimed is not None:
-                        relayed = await handoff.relay(call, resp, claimed, self.idle_timeout_s)
+                        relayed = await handoff.relay(
+                            call, resp, claimed, self.idle_timeout_s, ex.scoped
+                        )
                     if relayed is Relayed.NO:
-                        await pump(resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s)
+                        with ex.scoped():
+                            await pump(
+                                resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s
+                            )
+                    elif relayed is Relayed.ENDED:
+                        ex.answered()
                     elif relayed is Relayed.CLIENT_GONE:
                         ex.client_gone = True
                 except Exception:

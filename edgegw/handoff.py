@@ -24,6 +24,7 @@ bench/README.md ("The relay in the core") has what it changed.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import trio
 
@@ -41,6 +42,7 @@ class Relayed(enum.Enum):
     NO = "no"  # it needs the pump: nothing was done
     ENDED = "ended"  # relayed to its end, the end written
     CLIENT_GONE = "client_gone"  # relayed until the client went away
+    CANCELLED = "cancelled"  # its wait was cancelled first: the exchange's ending says why
 
 
 class _Waiter:
@@ -110,8 +112,17 @@ class Handoff:
         direct.direct_hold_head()
         return sink
 
-    async def relay(self, call: Call, resp: Response, sink: RelaySink, idle_s: float) -> Relayed:
-        """A `claim`ed stream relayed by the core, to its end."""
+    async def relay(
+        self,
+        call: Call,
+        resp: Response,
+        sink: RelaySink,
+        idle_s: float,
+        scoped: Callable[[], trio.CancelScope],
+    ) -> Relayed:
+        """A `claim`ed stream relayed by the core, to its end; its wait for the end is in
+        the exchange's `scoped()`, whose cancel (a disconnect, a drain) leaves the stream's
+        end to the exchange's ending."""
         direct = call.direct()
         if direct is None or (client_fd := direct.direct_fd()) is None:
             return Relayed.NO  # an HTTP/1.0 client (no chunked framing), or gone
@@ -129,9 +140,12 @@ class Handoff:
         if not over:  # else it came whole with the head and is written already
             waiter = self._waiting[sid] = _Waiter(min(1.0, idle_s / 4))
             self._nap.deadline = min(self._nap.deadline, started + waiter.slack)
+        cancelled = False
         try:
             if waiter is not None:
-                await waiter.ended.wait()
+                with scoped() as scope:
+                    await waiter.ended.wait()
+                cancelled = scope.cancelled_caught
         finally:
             if waiter is not None:
                 del self._waiting[sid]
@@ -140,6 +154,13 @@ class Handoff:
             assert end is not None
             _settle(end, sink.writer, sink.outcome, started)
         writer = sink.writer
+        if end.ended and not end.running:
+            # Whole, its terminator written; a cancel after that came too late to matter.
+            direct.direct_ended()
+            await writer.close()
+            return Relayed.ENDED
+        if cancelled:
+            return Relayed.CANCELLED  # the exchange's settle writes the end it calls for
         if end.running:  # taken back on a deadline
             assert waiter is not None
             if waiter.stalled == "client":
@@ -148,11 +169,8 @@ class Handoff:
         elif end.client_gone:
             direct.direct_gone()
             return Relayed.CLIENT_GONE
-        elif end.code is not None:
-            await writer.fail(end.code, end.message or "")
-        else:
-            direct.direct_ended()  # the core wrote the terminator with the last events
-            await writer.close()
+        else:  # a fault of the upstream's bytes or its connection: its error event
+            await writer.fail(end.code or "internal_error", end.message or "")
         return Relayed.ENDED
 
 

@@ -5,9 +5,11 @@ deadline, when their client is gone or when the drain of a shutdown is over: the
 only to exchanges still running after `WATCH_DELAY_S` (bench/README.md has the cost), so a
 disconnect is acted on within twice that.
 
-A stream runs in a cancel scope of its own (`Exchange`). A whole answer does not
-(`WholeExchange`): the watch's one timer keeps its deadline, and it is ended by waking the
-wait on its upstream connection, where nearly all of its time goes.
+The exchanges of /proxy and of the local workers run in a cancel scope of their own
+(`Exchange`). A whole answer and a stream do not (`WholeExchange`): the watch's one timer
+keeps the deadline, and the exchange is ended by waking the wait on its upstream connection,
+where a whole answer spends nearly all of its time; a stream's pump or its wait on the
+core's relay runs in a scope of the exchange's.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class WholeExchange(Watched):
     manager it ends as a cancel scope does: the exception its ending raised stops at its
     `with`, and `ending` says why."""
 
-    __slots__ = ("deadline", "timeout_s", "conn", "sub", "fired", "caught")
+    __slots__ = ("deadline", "timeout_s", "conn", "sub", "fired", "caught", "whole")
 
     def __init__(
         self, receive: Receive, started: float, timeout_s: float, watch: DisconnectWatch
@@ -139,6 +141,7 @@ class WholeExchange(Watched):
         self.sub: trio.CancelScope | None = None
         self.fired = False  # cancelled, by the timer, the client's disconnect or the drain
         self.caught = False  # an exception its ending raised stopped at its `with`
+        self.whole = False  # the client has the whole answer (`answered`)
 
     def __enter__(self) -> WholeExchange:
         self._watch.register(self)
@@ -173,6 +176,22 @@ class WholeExchange(Watched):
     @property
     def timed_out(self) -> bool:
         return self.caught
+
+    @property
+    def ending(self) -> Ending:
+        return Ending.COMPLETED if self.whole else super().ending
+
+    def answered(self) -> None:
+        """The client has the whole answer, its end included: a disconnect or a drain seen
+        after that (the core's relay writes a stream's last bytes before the gateway takes
+        it back) does not change how the exchange ended."""
+        self.whole = True
+
+    def detach(self) -> None:
+        """Its waits are no longer on the connection (a stream's body: the pump's and the
+        core relay's waits are in `scoped()`): ending it wakes nothing there, and a body
+        that came whole leaves the connection reusable."""
+        self.conn = None
 
     def attach(self, conn: Interruptible) -> None:
         """The connection its waits are on from now on (`upstream.Watch`)."""

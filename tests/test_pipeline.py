@@ -89,6 +89,32 @@ async def test_a_client_that_hangs_up_mid_stream_is_not_recorded_as_a_success(
     assert sample(text, DURATION, gen_ai_request_model="openai/mock", error_type="499") == 1
 
 
+async def test_a_client_that_hangs_up_after_the_whole_stream_is_recorded_as_a_success(
+    nursery: trio.Nursery, mock_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: 1 s streams, so the disconnect watch reads each client meanwhile. The
+    # core's relay writes a stream's end; the client closes as soon as it has it, which may
+    # be before the gateway took the stream back. The relay's thread runs on real time: the
+    # clock jumps only after 50 ms with every task blocked.
+    mock_clock.autojump_threshold = 0.05
+    slow = MockUpstream(MockConfig(api_key=UPSTREAM_KEY, token_rate=4, tokens=4))
+    await nursery.start(slow.serve, "127.0.0.1", 0)
+    gw = await start_gateway(nursery, upstream_env(slow, **TELEMETRY))
+    assert gw.handoff is not None
+    body = chat("openai/mock", stream=True)
+    for _ in range(3):
+        got = await request(gw.port, "POST", "/v1/chat/completions", body)
+        assert got.status == 200 and got.body.endswith(b"data: [DONE]\n\n")
+    text = ""
+    with trio.fail_after(10):
+        while sample(text, DURATION, gen_ai_request_model="openai/mock") != 3:
+            await trio.sleep(0.05)
+            text = await scrape(gw.metrics_port)
+    assert sample(text, DURATION, gen_ai_request_model="openai/mock", error_type="499") is None
+    assert gw.handoff.handed == 3
+    assert gw.pool.connections_opened == 1  # each stream's connection was reused
+
+
 async def test_local_requests_are_recorded(
     nursery: trio.Nursery, tmp_path: Path, mock: MockUpstream
 ) -> None:

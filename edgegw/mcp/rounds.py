@@ -11,10 +11,9 @@ from typing import Any
 import orjson
 
 from edgegw._core import SseEvent
-from edgegw.answer import SSE_HEADERS, Outcome, SseWriter, StreamState
+from edgegw.answer import SSE_HEADERS, Ended, Outcome, SseWriter, StreamState
 from edgegw.asgi import Send
 from edgegw.errors import Headers
-from edgegw.watch import Exchange
 
 DONE = b"data: [DONE]\n\n"
 
@@ -134,6 +133,6 @@ class ClientStream:
         writer = self.writer or SseWriter(self._send, self.outcome, self._extra)
         await writer.fail(code, message)
 
-    async def settle(self, ex: Exchange) -> None:
+    async def settle(self, ex: Ended) -> None:
         writer = self.writer or SseWriter(self._send, self.outcome, self._extra)
         await writer.settle(ex)
