@@ -303,7 +303,8 @@ class DisconnectWatch:
     def retime(self, ex: WholeExchange, timeout_s: float) -> None:
         """`ex` ends `timeout_s` from now instead."""
         self._untime(ex)
-        ex.deadline = trio.current_time() + timeout_s
+        # No deadline (a stream's body) needs no clock: every stream comes this way.
+        ex.deadline = math.inf if timeout_s == math.inf else trio.current_time() + timeout_s
         ex.timeout_s = timeout_s
         self.time(ex)
 
