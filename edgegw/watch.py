@@ -32,7 +32,7 @@ class Watched:
     """What the `DisconnectWatch` holds of an exchange: its client, when it began, its
     watcher, and what ended it; `cancel` ends it."""
 
-    __slots__ = ("receive", "started", "watcher", "client_gone", "drained", "_watch")
+    __slots__ = ("receive", "started", "watcher", "client_gone", "drained", "whole", "_watch")
 
     def __init__(self, receive: Receive, started: float, watch: DisconnectWatch) -> None:
         self.receive = receive
@@ -40,6 +40,7 @@ class Watched:
         self.watcher: trio.CancelScope | None = None
         self.client_gone = False
         self.drained = False
+        self.whole = False  # the client has the whole answer (`answered`)
         self._watch = watch
 
     def cancel(self) -> None:
@@ -49,8 +50,16 @@ class Watched:
     def timed_out(self) -> bool:
         raise NotImplementedError
 
+    def answered(self) -> None:
+        """The client has the whole answer, its end included: a disconnect or a drain seen
+        after that (the core's relay writes a stream's last bytes before the gateway takes
+        it back) does not change how the exchange ended."""
+        self.whole = True
+
     @property
     def ending(self) -> Ending:
+        if self.whole:
+            return Ending.COMPLETED
         if self.client_gone:
             return Ending.CLIENT_GONE
         if self.drained:
@@ -129,7 +138,7 @@ class WholeExchange(Watched):
     manager it ends as a cancel scope does: the exception its ending raised stops at its
     `with`, and `ending` says why."""
 
-    __slots__ = ("deadline", "timeout_s", "conn", "sub", "fired", "caught", "whole")
+    __slots__ = ("deadline", "timeout_s", "conn", "sub", "fired", "caught")
 
     def __init__(
         self, receive: Receive, started: float, timeout_s: float, watch: DisconnectWatch
@@ -141,7 +150,6 @@ class WholeExchange(Watched):
         self.sub: trio.CancelScope | None = None
         self.fired = False  # cancelled, by the timer, the client's disconnect or the drain
         self.caught = False  # an exception its ending raised stopped at its `with`
-        self.whole = False  # the client has the whole answer (`answered`)
 
     def __enter__(self) -> WholeExchange:
         self._watch.register(self)
@@ -176,16 +184,6 @@ class WholeExchange(Watched):
     @property
     def timed_out(self) -> bool:
         return self.caught
-
-    @property
-    def ending(self) -> Ending:
-        return Ending.COMPLETED if self.whole else super().ending
-
-    def answered(self) -> None:
-        """The client has the whole answer, its end included: a disconnect or a drain seen
-        after that (the core's relay writes a stream's last bytes before the gateway takes
-        it back) does not change how the exchange ended."""
-        self.whole = True
 
     def detach(self) -> None:
         """Its waits are no longer on the connection (a stream's body: the pump's and the
