@@ -132,9 +132,10 @@ class Handoff:
         upstream_fd, parser, first, complete = handed
         started = trio.current_time()
         sid, over = self.core.start(
-            upstream_fd, client_fd, parser, direct.direct_take_head(), sink.secret,
+            upstream_fd, client_fd, parser, direct.direct_head, sink.secret,
             sink.hidden_usage, first, complete, started, idle_s, direct.direct_stall_s,
         )  # fmt: skip
+        direct.direct_head_taken()
         self.handed += 1
         waiter = None
         if not over:  # else it came whole with the head and is written already

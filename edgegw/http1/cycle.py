@@ -371,7 +371,7 @@ class Cycle:
     # -- the body written by the core's relay (edgegw.handoff) ------------------------------
 
     def direct_hold_head(self) -> None:
-        """The answer's head, when chunked, is held for the relay (`direct_take_head`)."""
+        """The answer's head, when chunked, is held for the relay (`direct_head`)."""
         self.hold_head = True
 
     def direct_fd(self) -> int | None:
@@ -388,12 +388,16 @@ class Cycle:
             return None
         return self.wire.sock.fileno()
 
-    def direct_take_head(self) -> bytes:
-        """The held head (b"" when it is out), now the relay's to write."""
-        head, self.held = self.held, b""
+    @property
+    def direct_head(self) -> bytes:
+        """The held head (b"" when it is out), for the relay to write (`direct_head_taken`)."""
+        return self.held
+
+    def direct_head_taken(self) -> None:
+        """The relay has the held head: it is out as far as this cycle is concerned."""
+        self.held = b""
         if self.response is ResponseState.HEAD_HELD:
             self.response = ResponseState.SENDING
-        return head
 
     def direct_ended(self) -> None:
         """The relay wrote the body's end (its terminator)."""
