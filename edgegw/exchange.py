@@ -235,8 +235,9 @@ class Exchanges:
                 try:
                     relayed = Relayed.NO
                     if handoff is not None and claimed is not None:
+                        relay_sink, direct = claimed
                         relayed = await handoff.relay(
-                            call, resp, claimed, self.idle_timeout_s, ex.scoped
+                            direct, resp, relay_sink, self.idle_timeout_s, ex.scoped
                         )
                     if relayed is Relayed.NO:
                         with ex.scoped():

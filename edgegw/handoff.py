@@ -30,7 +30,7 @@ import trio
 
 from edgegw._core import CoreRelay, RelayEnd
 from edgegw.answer import GapCounts, Outcome, SseWriter
-from edgegw.asgi import Call
+from edgegw.asgi import Call, Direct
 from edgegw.pump import STALLED, RelaySink, Sink
 from edgegw.tap import TAPS
 from edgegw.upstream import Response
@@ -97,10 +97,10 @@ class Handoff:
                     waiter.stalled = "client" if blocked else "upstream"
                     waiter.ended.set()
 
-    def claim(self, call: Call, resp: Response, sink: Sink) -> RelaySink | None:
-        """Before the answer's head: the sink when the core can relay this stream, the
-        client's head then held for the core to write with the first events (one write
-        fewer); None when it needs the pump."""
+    def claim(self, call: Call, resp: Response, sink: Sink) -> tuple[RelaySink, Direct] | None:
+        """Before the answer's head: the sink and the connection's writer when the core can
+        relay this stream, the client's head then held for the core to write with the first
+        events (one write fewer); None when it needs the pump."""
         if (
             not isinstance(sink, RelaySink)
             or sink.check is not None
@@ -110,11 +110,11 @@ class Handoff:
         ):
             return None
         direct.direct_hold_head()
-        return sink
+        return sink, direct
 
     async def relay(
         self,
-        call: Call,
+        direct: Direct,
         resp: Response,
         sink: RelaySink,
         idle_s: float,
@@ -123,8 +123,7 @@ class Handoff:
         """A `claim`ed stream relayed by the core, to its end; its wait for the end is in
         the exchange's `scoped()`, whose cancel (a disconnect, a drain) leaves the stream's
         end to the exchange's ending."""
-        direct = call.direct()
-        if direct is None or (client_fd := direct.direct_fd()) is None:
+        if (client_fd := direct.direct_fd()) is None:
             return Relayed.NO  # an HTTP/1.0 client (no chunked framing), or gone
         handed = resp.hand_over()
         if handed is None:

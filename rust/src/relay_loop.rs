@@ -11,8 +11,8 @@
 //! whole, a fault, the client gone) is put on the finished list and the gateway is woken
 //! through one eventfd (`done_fd`); it then takes the stream back with what it counted. A
 //! whole stream's end (the client's chunked terminator) is written here with its last
-//! events; a fault's error event the gateway writes itself. Deadlines stay on the gateway's clock: one task of the
-//! gateway calls `overdue(now)` at its own pace, which says which streams made no progress
+//! events; a fault's error event the gateway writes itself. Deadlines stay on the gateway's
+//! clock: one task of the gateway calls `overdue(now)` at its own pace, which says which streams made no progress
 //! for their limit by that clock, and it takes a stream back at any time (a disconnect, a
 //! drain, a stall), after which the thread never touches its sockets.
 //!
@@ -85,6 +85,12 @@ pub struct Stream {
 impl Stream {
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    /// Its end is known and its bytes are out (`drained`), or can never go (the client
+    /// gone): it leaves the loop.
+    fn over(&self, drained: bool) -> bool {
+        self.end.is_some() && (drained || self.end == Some(End::ClientGone))
     }
 
     /// A batch was made: its time, for TTFT and the gaps.
@@ -191,7 +197,7 @@ impl Shared {
     /// leaves both interest sets and is reported. Otherwise its interest follows `blocked`.
     fn settle(&self, id: u64, s: &mut Stream, finished: &mut Vec<u64>) {
         let drained = s.flush();
-        if s.end.is_some() && (drained || s.end == Some(End::ClientGone)) {
+        if s.over(drained) {
             if s.blocked {
                 sys::epoll_del(self.epoll.0, s.client);
             } else {
@@ -332,7 +338,7 @@ impl RelayLoop {
         // Most unpaced streams come whole with the upstream's head: those never enter the
         // epoll set nor wake the gateway through `done_fd`.
         let drained = s.flush();
-        let over = s.end.is_some() && (drained || s.end == Some(End::ClientGone));
+        let over = s.over(drained);
         if over {
             s.finished = true;
         } else if drained {
