@@ -20,10 +20,14 @@ CHAT = {"model": "openai/m", "messages": [{"role": "user", "content": "hi"}]}
 
 
 async def test_shutdown_drains_streams_then_ends_the_rest(
-    nursery: trio.Nursery, mock: MockUpstream, autojump_clock: trio.testing.MockClock
+    nursery: trio.Nursery, mock: MockUpstream, mock_clock: trio.testing.MockClock
 ) -> None:
     # Virtual time: what the test waits for are timers (the mock's pace, the 1 s drain, its
-    # own sleeps), so it takes no wall time; the sockets between are all in this process.
+    # own sleeps); the sockets between are all in this process. The core's relay thread
+    # moves the streams' bytes on real time: the clock jumps only after 50 ms with every task
+    # blocked, or a loaded machine could see the drain end before the short stream's last
+    # events were relayed.
+    mock_clock.autojump_threshold = 0.05
     settings = Settings.load(
         environ={"SERVER_PORT": "0", "SERVER_GRACEFUL_TIMEOUT": "1s", **upstream_env(mock)}
     )
