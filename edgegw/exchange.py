@@ -237,7 +237,7 @@ class Exchanges:
                     if handoff is not None and claimed is not None:
                         relay_sink, direct = claimed
                         relayed = await handoff.relay(
-                            direct, resp, relay_sink, self.idle_timeout_s, ex.scoped
+                            direct, resp, relay_sink, self.idle_timeout_s, ex
                         )
                     if relayed is Relayed.NO:
                         with ex.scoped():

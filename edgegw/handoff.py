@@ -24,7 +24,6 @@ bench/README.md ("The relay in the core") has what it changed.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 
 import trio
 
@@ -34,6 +33,7 @@ from edgegw.asgi import Call, Direct
 from edgegw.pump import STALLED, RelaySink, Sink
 from edgegw.tap import TAPS
 from edgegw.upstream import Response
+from edgegw.watch import WholeExchange
 
 
 class Relayed(enum.Enum):
@@ -118,11 +118,12 @@ class Handoff:
         resp: Response,
         sink: RelaySink,
         idle_s: float,
-        scoped: Callable[[], trio.CancelScope],
+        ex: WholeExchange,
     ) -> Relayed:
         """A `claim`ed stream relayed by the core, to its end; its wait for the end is in
-        the exchange's `scoped()`, whose cancel (a disconnect, a drain) leaves the stream's
-        end to the exchange's ending."""
+        the exchange's `scoped()`, whose cancel (a drain, a disconnect the watch saw before
+        the hand-over) leaves the stream's end to the exchange's ending. While the core has
+        it, the core watches the client for a hang-up: the exchange gets no watcher task."""
         if (client_fd := direct.direct_fd()) is None:
             return Relayed.NO  # an HTTP/1.0 client (no chunked framing), or gone
         handed = resp.hand_over()
@@ -143,11 +144,13 @@ class Handoff:
         cancelled = False
         try:
             if waiter is not None:
-                with scoped() as scope:
+                ex.in_core = True
+                with ex.scoped() as scope:
                     await waiter.ended.wait()
                 cancelled = scope.cancelled_caught
         finally:
             if waiter is not None:
+                ex.in_core = False
                 del self._waiting[sid]
             end = self.core.take(sid, parser)
             resp.taken_back()

@@ -3,7 +3,8 @@ deadline, when their client is gone or when the drain of a shutdown is over: the
 `DisconnectWatch`, which carries the client's disconnect (Hypercorn reports it only from
 `receive()`) and tells afterwards which ended an exchange (`ending`). Watchers are given
 only to exchanges still running after `WATCH_DELAY_S` (bench/README.md has the cost), so a
-disconnect is acted on within twice that.
+disconnect is acted on within twice that; a stream on the core's relay gets none, as the
+core watches its client's socket for a hang-up itself (edgegw.handoff).
 
 The exchanges of /proxy and of the local workers run in a cancel scope of their own
 (`Exchange`). A whole answer and a stream do not (`WholeExchange`): the watch's one timer
@@ -32,7 +33,16 @@ class Watched:
     """What the `DisconnectWatch` holds of an exchange: its client, when it began, its
     watcher, and what ended it; `cancel` ends it."""
 
-    __slots__ = ("receive", "started", "watcher", "client_gone", "drained", "whole", "_watch")
+    __slots__ = (
+        "receive",
+        "started",
+        "watcher",
+        "client_gone",
+        "drained",
+        "whole",
+        "in_core",
+        "_watch",
+    )
 
     def __init__(self, receive: Receive, started: float, watch: DisconnectWatch) -> None:
         self.receive = receive
@@ -41,6 +51,9 @@ class Watched:
         self.client_gone = False
         self.drained = False
         self.whole = False  # the client has the whole answer (`answered`)
+        # Its stream is on the core's relay, which watches the client for a hang-up itself
+        # (edgegw.handoff): no watcher task is started for it.
+        self.in_core = False
         self._watch = watch
 
     def cancel(self) -> None:
@@ -235,7 +248,7 @@ class DisconnectWatch:
                 await trio.sleep(self.delay_s)
                 horizon = trio.current_time() - self.delay_s
                 for ex in list(self._active.values()):
-                    if ex.watcher is None and ex.started <= horizon:
+                    if ex.watcher is None and not ex.in_core and ex.started <= horizon:
                         ex.watcher = trio.CancelScope()
                         nursery.start_soon(self._watch, ex)
 

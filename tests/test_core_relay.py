@@ -14,6 +14,8 @@ import orjson
 import pytest
 import trio
 
+from edgegw.watch import WATCH_DELAY_S
+
 from .bad_upstream import HANG, RESET, BadUpstream, Script, chunk, response
 from .conftest import (
     UPSTREAM_KEY,
@@ -293,6 +295,26 @@ async def test_a_client_gone_cancels_the_upstream(
     assert gw.handoff.handed == 1
     await wait_until(lambda: gw.pool.open_connections == 0)
     assert len(gw.handoff.core) == 0
+
+
+async def test_a_client_gone_while_the_upstream_is_silent_is_seen_by_the_core(
+    nursery: trio.Nursery, bad: BadUpstream, mock_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time that moves only after 50 ms with every task blocked: the disconnect
+    # watch's first look at an exchange is WATCH_DELAY_S in, so a stream ended before that
+    # was ended by the core's own watch on the client's socket.
+    mock_clock.autojump_threshold = 0.05
+    core, _ = await both(nursery, bad)
+    assert core.handoff is not None
+    bad.script = Script([(0, response(200, CHUNKED))], end=HANG)
+    stream = await trio.open_tcp_stream("127.0.0.1", core.port)
+    await Client(stream).send("POST", "/v1/chat/completions", STREAM)
+    await wait_until(lambda: len(core.handoff.core) == 1)  # the head held, nothing to write
+    hung_up = trio.current_time()
+    await stream.aclose()
+    await wait_until(lambda: len(core.handoff.core) == 0 and core.pool.open_connections == 0)
+    assert trio.current_time() - hung_up < WATCH_DELAY_S
+    assert core.handoff.handed == 1
 
 
 async def test_a_client_that_stops_reading_is_given_up(

@@ -7,14 +7,16 @@
 //! owned by Python, which keeps them open until it takes the stream back), the framing state,
 //! and the body bytes read with the head. The thread reads the upstream when it is readable,
 //! writes what the relay made at once, and while the client cannot take more it stops
-//! reading (the upstream's own flow control then holds the rest). A stream that ends (over
-//! whole, a fault, the client gone) is put on the finished list and the gateway is woken
-//! through one eventfd (`done_fd`); it then takes the stream back with what it counted. A
-//! whole stream's end (the client's chunked terminator) is written here with its last
-//! events; a fault's error event the gateway writes itself. Deadlines stay on the gateway's
-//! clock: one task of the gateway calls `overdue(now)` at its own pace, which says which streams made no progress
-//! for their limit by that clock, and it takes a stream back at any time (a disconnect, a
-//! drain, a stall), after which the thread never touches its sockets.
+//! reading (the upstream's own flow control then holds the rest). The client's socket is
+//! watched for a hang-up all along: a client gone while its upstream is silent ends the
+//! stream at once, and the gateway starts no disconnect watch of its own for it. A stream
+//! that ends (over whole, a fault, the client gone) is put on the finished list and the
+//! gateway is woken through one eventfd (`done_fd`); it then takes the stream back with
+//! what it counted. A whole stream's end (the client's chunked terminator) is written here
+//! with its last events; a fault's error event the gateway writes itself. Deadlines stay on
+//! the gateway's clock: one task of the gateway calls `overdue(now)` at its own pace, which
+//! says which streams made no progress for their limit by that clock, and it takes a stream
+//! back at any time (a drain, a stall), after which the thread never touches its sockets.
 //!
 //! The only unsafe code of the core is here: the raw system calls on descriptors Python
 //! owns. Each is a plain read/send/epoll_ctl on a descriptor that stays open while the
@@ -198,21 +200,22 @@ impl Shared {
     fn settle(&self, id: u64, s: &mut Stream, finished: &mut Vec<u64>) {
         let drained = s.flush();
         if s.over(drained) {
-            if s.blocked {
-                sys::epoll_del(self.epoll.0, s.client);
-            } else {
-                sys::epoll_del(self.epoll.0, s.up);
-            }
+            unwatch(self.epoll.0, s);
             s.finished = true;
             finished.push(id);
         } else if !drained && !s.blocked {
             s.blocked = true;
             // Deleted, not muted: a hang-up is reported even with no events asked for.
             sys::epoll_del(self.epoll.0, s.up);
-            sys::epoll_add(self.epoll.0, s.client, sys::EPOLLOUT, id * 2 + 1);
+            sys::epoll_mod(
+                self.epoll.0,
+                s.client,
+                sys::EPOLLOUT | sys::EPOLLRDHUP,
+                id * 2 + 1,
+            );
         } else if drained && s.blocked {
             s.blocked = false;
-            sys::epoll_del(self.epoll.0, s.client);
+            sys::epoll_mod(self.epoll.0, s.client, sys::EPOLLRDHUP, id * 2 + 1);
             sys::epoll_add(self.epoll.0, s.up, sys::EPOLLIN, id * 2);
         }
     }
@@ -243,6 +246,11 @@ impl Shared {
                 }
                 if key % 2 == 0 && !s.blocked {
                     s.on_readable(&mut buf);
+                } else if key % 2 == 1 && ev.hung_up() {
+                    // The client closed or reset its side: it is gone, as the gateway's own
+                    // disconnect watch takes a client's end of input (a half-closed client
+                    // still reading is taken for gone too; reported once, not each wait).
+                    s.end = Some(End::ClientGone);
                 }
                 self.settle(id, s, &mut finished);
             }
@@ -341,11 +349,17 @@ impl RelayLoop {
         let over = s.over(drained);
         if over {
             s.finished = true;
-        } else if drained {
-            sys::epoll_add(self.shared.epoll.0, up, sys::EPOLLIN, id * 2);
         } else {
-            s.blocked = true;
-            sys::epoll_add(self.shared.epoll.0, client, sys::EPOLLOUT, id * 2 + 1);
+            // The client's side is watched for a hang-up all along, so that a client gone
+            // while the upstream is silent ends the stream (and its upstream) at once.
+            let mut client_events = sys::EPOLLRDHUP;
+            if drained {
+                sys::epoll_add(self.shared.epoll.0, up, sys::EPOLLIN, id * 2);
+            } else {
+                s.blocked = true;
+                client_events |= sys::EPOLLOUT;
+            }
+            sys::epoll_add(self.shared.epoll.0, client, client_events, id * 2 + 1);
         }
         state.streams.insert(id, s);
         (id, over)
@@ -392,7 +406,7 @@ impl RelayLoop {
         let mut state = self.shared.lock();
         let s = state.streams.remove(&id)?;
         if !s.finished {
-            sys::epoll_del(self.shared.epoll.0, if s.blocked { s.client } else { s.up });
+            unwatch(self.shared.epoll.0, &s);
         }
         Some(s)
     }
@@ -404,6 +418,14 @@ impl RelayLoop {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A stream leaves the epoll set: its client always, its upstream unless blocked.
+fn unwatch(epoll: RawFd, s: &Stream) {
+    sys::epoll_del(epoll, s.client);
+    if !s.blocked {
+        sys::epoll_del(epoll, s.up);
     }
 }
 
@@ -424,6 +446,7 @@ mod sys {
 
     pub const EPOLLIN: u32 = libc::EPOLLIN as u32;
     pub const EPOLLOUT: u32 = libc::EPOLLOUT as u32;
+    pub const EPOLLRDHUP: u32 = libc::EPOLLRDHUP as u32;
 
     /// A descriptor the loop owns (epoll, eventfds), closed on drop.
     pub struct Fd(pub RawFd);
@@ -455,6 +478,11 @@ mod sys {
         pub fn key(&self) -> u64 {
             self.0.u64
         }
+
+        /// The peer closed or reset its side (or the socket is in error).
+        pub fn hung_up(&self) -> bool {
+            self.0.events & (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0
+        }
     }
 
     fn check(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -485,6 +513,10 @@ mod sys {
 
     pub fn epoll_add(epoll: RawFd, fd: RawFd, events: u32, key: u64) {
         epoll_ctl(epoll, libc::EPOLL_CTL_ADD, fd, events, key);
+    }
+
+    pub fn epoll_mod(epoll: RawFd, fd: RawFd, events: u32, key: u64) {
+        epoll_ctl(epoll, libc::EPOLL_CTL_MOD, fd, events, key);
     }
 
     pub fn epoll_del(epoll: RawFd, fd: RawFd) {
@@ -739,5 +771,14 @@ mod tests {
         upstream.write_all(b"data: a\n\n").unwrap();
         wait_finished(&l, id);
         assert_eq!(l.take(id).unwrap().end, Some(End::ClientGone));
+    }
+    #[test]
+    fn a_client_gone_while_the_upstream_is_silent_ends_the_stream() {
+        let l = RelayLoop::new().unwrap();
+        let h = handed(&l, b"HTTP/1.1 200 OK\r\n\r\n");
+        drop(h.reader); // nothing was, or will be, written to it
+        wait_finished(&l, h.id);
+        assert_eq!(l.take(h.id).unwrap().end, Some(End::ClientGone));
+        drop(h.upstream);
     }
 }
