@@ -16,7 +16,8 @@
 //! with its last events; a fault's error event the gateway writes itself. Deadlines stay on
 //! the gateway's clock: one task of the gateway calls `overdue(now)` at its own pace, which
 //! says which streams made no progress for their limit by that clock, and it takes a stream
-//! back at any time (a drain, a stall), after which the thread never touches its sockets.
+//! back at any time (a drain, a stall, a disconnect the gateway saw first), after which the
+//! thread never touches its sockets.
 //!
 //! The only unsafe code of the core is here: the raw system calls on descriptors Python
 //! owns. Each is a plain read/send/epoll_ctl on a descriptor that stays open while the
@@ -247,9 +248,8 @@ impl Shared {
                 if key % 2 == 0 && !s.blocked {
                     s.on_readable(&mut buf);
                 } else if key % 2 == 1 && ev.hung_up() {
-                    // The client closed or reset its side: it is gone, as the gateway's own
-                    // disconnect watch takes a client's end of input (a half-closed client
-                    // still reading is taken for gone too; reported once, not each wait).
+                    // The client closed or reset its side: gone, as the gateway's own
+                    // disconnect watch takes a client's end of input.
                     s.end = Some(End::ClientGone);
                 }
                 self.settle(id, s, &mut finished);
@@ -772,6 +772,7 @@ mod tests {
         wait_finished(&l, id);
         assert_eq!(l.take(id).unwrap().end, Some(End::ClientGone));
     }
+
     #[test]
     fn a_client_gone_while_the_upstream_is_silent_ends_the_stream() {
         let l = RelayLoop::new().unwrap();
@@ -779,6 +780,5 @@ mod tests {
         drop(h.reader); // nothing was, or will be, written to it
         wait_finished(&l, h.id);
         assert_eq!(l.take(h.id).unwrap().end, Some(End::ClientGone));
-        drop(h.upstream);
     }
 }
