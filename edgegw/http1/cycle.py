@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import unquote
 
@@ -313,60 +313,70 @@ class Cycle:
     async def send(self, message: dict[str, Any]) -> None:
         kind = message["type"]
         if kind == "http.response.body":
-            state = self.response
-            if state is ResponseState.COMPLETE:
-                return
-            if state is ResponseState.PENDING:
-                raise RuntimeError("http.response.body before http.response.start")
-            out = self.held
-            self.held = b""
-            body = message.get("body", b"")
-            more = message.get("more_body", False)
-            framing = self.framing
-            if body:
-                if framing is Framing.CHUNKED:
-                    body = b"%x\r\n%b\r\n" % (len(body), body)
-                elif framing is Framing.LENGTH:
-                    self.remaining -= len(body)
-                    if self.remaining < 0:
-                        raise RuntimeError("response body longer than its Content-Length")
-                elif framing is Framing.NONE:
-                    body = b""
-                out = out + body if out else body
-            if more:
-                self.response = ResponseState.SENDING
-            else:
-                self.response = ResponseState.COMPLETE
-                if framing is Framing.CHUNKED:
-                    out += b"0\r\n\r\n"
-                elif framing is Framing.LENGTH and self.remaining:
-                    self.keep_alive = False  # cut short: only closing can tell the client
-            if out:
-                await self._write(out)
+            out = self._body(message.get("body", b""), message.get("more_body", False))
         elif kind == "http.response.start":
-            if self.response is not ResponseState.PENDING:
-                raise RuntimeError("http.response.start sent twice")
-            status = message["status"]
-            # Checked, scanned for the framing and written by the core (rust/src/respond.rs).
-            head, framed, length, self.keep_alive = response_head(
-                status,
-                REASONS.get(status, b""),
-                message.get("headers", ()),
-                self.scope["http_version"] == "1.1",
-                self.is_head,
-                self.keep_alive and self.body_done and not self.host.draining,
-            )
-            self.framing = _FRAMINGS[framed]
-            if length is not None:
-                self.remaining = length
-                self.held = head
-                self.response = ResponseState.HEAD_HELD
-            elif self.hold_head and self.framing is Framing.CHUNKED:
-                self.held = head
-                self.response = ResponseState.HEAD_HELD
-            else:
-                self.response = ResponseState.SENDING
-                await self._write(head)
+            out = self._start(message["status"], message.get("headers", ()))
+        else:
+            return
+        if out:
+            await self._write(out)
+
+    def _start(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+        """http.response.start: the head, checked and framed; what to write now (b"" when
+        the head is held for the body's first bytes)."""
+        if self.response is not ResponseState.PENDING:
+            raise RuntimeError("http.response.start sent twice")
+        # Checked, scanned for the framing and written by the core (rust/src/respond.rs).
+        head, framed, length, self.keep_alive = response_head(
+            status,
+            REASONS.get(status, b""),
+            headers,
+            self.scope["http_version"] == "1.1",
+            self.is_head,
+            self.keep_alive and self.body_done and not self.host.draining,
+        )
+        self.framing = _FRAMINGS[framed]
+        if length is not None:
+            self.remaining = length
+            self.held = head
+            self.response = ResponseState.HEAD_HELD
+        elif self.hold_head and self.framing is Framing.CHUNKED:
+            self.held = head
+            self.response = ResponseState.HEAD_HELD
+        else:
+            self.response = ResponseState.SENDING
+            return head
+        return b""
+
+    def _body(self, body: bytes, more: bool) -> bytes:
+        """http.response.body: its bytes framed, after a held head; what to write now."""
+        state = self.response
+        if state is ResponseState.COMPLETE:
+            return b""
+        if state is ResponseState.PENDING:
+            raise RuntimeError("http.response.body before http.response.start")
+        out = self.held
+        self.held = b""
+        framing = self.framing
+        if body:
+            if framing is Framing.CHUNKED:
+                body = b"%x\r\n%b\r\n" % (len(body), body)
+            elif framing is Framing.LENGTH:
+                self.remaining -= len(body)
+                if self.remaining < 0:
+                    raise RuntimeError("response body longer than its Content-Length")
+            elif framing is Framing.NONE:
+                body = b""
+            out = out + body if out else body
+        if more:
+            self.response = ResponseState.SENDING
+        else:
+            self.response = ResponseState.COMPLETE
+            if framing is Framing.CHUNKED:
+                out += b"0\r\n\r\n"
+            elif framing is Framing.LENGTH and self.remaining:
+                self.keep_alive = False  # cut short: only closing can tell the client
+        return out
 
     # -- the body written by the core's relay (edgegw.handoff) ------------------------------
 
