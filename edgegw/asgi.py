@@ -55,6 +55,8 @@ class Direct(Protocol):
 
     async def send(self, message: dict[str, Any]) -> None: ...
 
+    async def respond(self, status: int, headers: Headers, body: bytes) -> None: ...
+
     def direct_hold_head(self) -> None: ...
 
     def direct_fd(self) -> int | None: ...
@@ -295,8 +297,15 @@ class Call:
         return b""
 
     async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        await self.send({"type": "http.response.start", "status": status, "headers": headers})
-        await self.send({"type": "http.response.body", "body": body})
+        direct = self.direct()
+        if direct is None:
+            await self.send({"type": "http.response.start", "status": status, "headers": headers})
+            await self.send({"type": "http.response.body", "body": body})
+            return
+        # The connection's writer takes the whole answer in one step, no messages between.
+        self.status = status
+        rid = (b"x-request-id", self.request_id.encode())
+        await direct.respond(status, [*headers, *self.answer_headers, rid], body)
 
     async def respond_json(self, status: int, body: bytes, extra: Headers = ()) -> None:
         # A known length spares Hypercorn the chunked framing (one socket send fewer).

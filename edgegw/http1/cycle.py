@@ -321,6 +321,16 @@ class Cycle:
         if out:
             await self._write(out)
 
+    async def respond(
+        self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes
+    ) -> None:
+        """A whole answer, its start and its one body message in one step and one write:
+        `send`'s work without the two messages (edgegw.asgi.Call.respond)."""
+        out = self._start(status, headers)
+        out += self._body(body, False)
+        if out:
+            await self._write(out)
+
     def _start(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
         """http.response.start: the head, checked and framed; what to write now (b"" when
         the head is held for the body's first bytes)."""
