@@ -136,6 +136,13 @@ async def read_whole(resp: Response, limit: int, budget: BufferBudget) -> tuple[
     body is no longer held."""
     if resp.complete:  # no body to read (204, 304, an answer to HEAD)
         return b"", 0
+    if resp.arrived and resp.header(b"content-encoding") is None:
+        # The whole body came with the head, as most answers do: no read, no decoder.
+        body = resp.take_arrived()
+        if len(body) > limit:
+            raise too_large()
+        budget.take(2 * len(body))
+        return body, 2 * len(body)
     decoder = Decoder(resp.header(b"content-encoding"), limit)
     declared = None if decoder.active else _declared_length(resp)
     if declared is not None and declared > limit:

@@ -619,6 +619,11 @@ class Response:
         """The whole body came with the head: reading it waits on nothing."""
         return self._done
 
+    def take_arrived(self) -> bytes:
+        """The whole body, when it came with the head (`arrived`); the response is then read."""
+        body, self._pending = self._pending, b""
+        return body
+
     def header(self, name: bytes) -> bytes | None:
         for k, v in self.headers:
             if k == name:
