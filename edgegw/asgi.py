@@ -57,6 +57,8 @@ class Direct(Protocol):
 
     async def respond(self, status: int, headers: Headers, body: bytes) -> None: ...
 
+    def whole_body(self) -> bytes | None: ...
+
     def direct_hold_head(self) -> None: ...
 
     def direct_fd(self) -> int | None: ...
@@ -251,6 +253,12 @@ class Call:
 
     async def read_body(self, limit: int) -> bytes:
         """The whole request body, at most `limit` bytes (413 beyond)."""
+        held = self._held
+        if held is not None and self._body_done:  # edgegw.intake read it, its length checked
+            self._held = None
+            if len(held) > limit:
+                raise payload_too_large(limit)
+            return held
         self.content_length(limit)
         chunks: list[bytes] = []
         size = 0
@@ -260,6 +268,14 @@ class Call:
                 raise payload_too_large(limit)
             chunks.append(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def whole_body(self) -> bytes | None:
+        """The whole body, taken at once, when the connection has all of it already (it
+        came with the head); None when it must be read (`next_body_chunk`)."""
+        if self._held is not None or self._body_done:
+            return None
+        direct = self.direct()
+        return None if direct is None else direct.whole_body()
 
     def hold_body(self, body: bytes) -> None:
         """`body` is the whole request body, read: the route's reads return it."""

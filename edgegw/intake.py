@@ -6,7 +6,9 @@ While a body arrives it counts against three bounds (EDGEGW_MAX_BODIES_*): bodie
 progress in the process, bodies in progress from one client address (so that one address
 cannot take them all), and the bytes they have received so far. Past any of them the
 request is answered 503 `overloaded` with Retry-After at once; the connection layer's body
-deadlines (SERVER_BODY_IDLE_TIMEOUT, SERVER_BODY_TIMEOUT) end the ones that stall.
+deadlines (SERVER_BODY_IDLE_TIMEOUT, SERVER_BODY_TIMEOUT) end the ones that stall. A body
+that came whole with its head (on the plain listener) meets the same bounds but is taken at
+once, never in progress.
 """
 
 from __future__ import annotations
@@ -40,11 +42,19 @@ class Intake:
         held = self.by_client.get(address, 0)
         if address is not None and held >= self.max_per_client:
             raise _overloaded("Too many request bodies in progress from this address.")
+        call.content_length(limit)
+        whole = call.whole_body()
+        if whole is not None:  # it came with the head: held across no wait, never in progress
+            if len(whole) > limit:
+                raise payload_too_large(limit)
+            if self.bytes + len(whole) > self.max_bytes:
+                raise _overloaded("Too many request body bytes in progress; retry shortly.")
+            call.hold_body(whole)
+            return
         self.bodies += 1
         self.by_client[address] = held + 1
         charged = 0
         try:
-            call.content_length(limit)
             chunks: list[bytes] = []
             while chunk := await call.next_body_chunk():
                 if charged + len(chunk) > limit:

@@ -357,6 +357,28 @@ async def test_one_address_cannot_take_every_body_in_progress(
     assert after.status == 200
 
 
+async def test_a_body_that_came_whole_meets_the_bound_on_bytes_in_progress(
+    clock: trio.testing.MockClock, nursery: trio.Nursery, mock: MockUpstream
+) -> None:
+    """A body that arrives with its head is taken at once, never in progress, but the bytes
+    other bodies hold in progress still bound it: 503 while they hold nearly all of
+    EDGEGW_MAX_BODIES_BYTES, served once they are gone."""
+    gw = await start_gateway(nursery, upstream_env(mock, EDGEGW_MAX_BODIES_BYTES=str(1 << 20)))
+    sent = (1 << 20) - len(CHAT) // 2
+    stalled = await connect(gw.port)
+    head = post("/v1/chat/completions", b"")
+    await stalled.send_all(head.replace(b"Content-Length: 0", b"Content-Length: %d" % (2 * sent)))
+    await stalled.send_all(b" " * sent)
+    await trio.sleep(1)  # all of it read and counted
+    (full,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
+    assert full.status == 503 and full.error()["code"] == "overloaded"
+    assert b"body bytes in progress" in full.body
+    await stalled.aclose()
+    await trio.sleep(1)
+    (ok,), _ = await one_shot(gw.port, post("/v1/chat/completions", CHAT, CLOSE))
+    assert ok.status == 200
+
+
 async def test_a_request_is_answered_while_fifty_bodies_stall(
     clock: trio.testing.MockClock, gateway: Gateway
 ) -> None:

@@ -283,6 +283,17 @@ class Cycle:
         self.delivered = self.body_done
         return {"type": "http.request", "body": bytes(body), "more_body": not self.body_done}
 
+    def whole_body(self) -> bytes | None:
+        """The whole request body when it is all framed already (it came with the head, as
+        nearly every JSON body does), taken as `receive` would deliver it; None otherwise."""
+        if self.delivered or not self.body_done:
+            return None
+        pending = self.pending
+        body = pending[0] if len(pending) == 1 else b"".join(pending)
+        self.pending = []
+        self.delivered = True
+        return bytes(body)
+
     async def _watch_disconnect(self) -> dict[str, Any]:
         """After the body: read only to notice the client going away."""
         wire = self.wire
