@@ -7,9 +7,11 @@ run in the connection's own task (no task per request).
   and returns `http.disconnect` then and only then (EOF or reset); bytes of a pipelined
   next request are kept for later. When the request is over, a `receive()` still blocked
   (the DisconnectWatch watcher, say) stops reading and waits until the connection ends.
+  `whole_body()` hands over at once a body that came with its head (edgegw.asgi).
 - `send()` frames the answer itself (Content-Length as the app gave it, else chunked for
   HTTP/1.1, else to the end of the connection for HTTP/1.0; none for HEAD, 204, 304); a
-  whole answer (Content-Length known) leaves in one write with its head. The head is parsed
+  whole answer (Content-Length known) leaves in one write with its head, and `respond()`
+  takes one in a single step, without the two messages. The head is parsed
   once, by the Rust screen (`HeadInfo`), and the body framed by the core's `RequestBody`;
   neither side runs h11's state machine (bench/README.md has what it cost). Keep-alive
   follows h11's rule: HTTP/1.1, and no `Connection: close` from either side.
@@ -75,6 +77,8 @@ class Framing(enum.Enum):
 
 # The core's framing numbers (rust/src/respond.rs `Framing`).
 _FRAMINGS = (Framing.LENGTH, Framing.CHUNKED, Framing.CLOSE, Framing.NONE)
+_UNDER_WAY = (ResponseState.SENDING, ResponseState.HEAD_HELD)
+Pairs = Sequence[tuple[bytes, bytes]]
 
 
 class Cycle:
@@ -332,17 +336,13 @@ class Cycle:
         if out:
             await self._write(out)
 
-    async def respond(
-        self, status: int, headers: Sequence[tuple[bytes, bytes]], body: bytes
-    ) -> None:
+    async def respond(self, status: int, headers: Pairs, body: bytes) -> None:
         """A whole answer, its start and its one body message in one step and one write:
         `send`'s work without the two messages (edgegw.asgi.Call.respond)."""
-        out = self._start(status, headers)
-        out += self._body(body, False)
-        if out:
+        if out := self._start(status, headers) + self._body(body, False):
             await self._write(out)
 
-    def _start(self, status: int, headers: Sequence[tuple[bytes, bytes]]) -> bytes:
+    def _start(self, status: int, headers: Pairs) -> bytes:
         """http.response.start: the head, checked and framed; what to write now (b"" when
         the head is held for the body's first bytes)."""
         if self.response is not ResponseState.PENDING:
@@ -359,14 +359,11 @@ class Cycle:
         self.framing = _FRAMINGS[framed]
         if length is not None:
             self.remaining = length
-            self.held = head
-            self.response = ResponseState.HEAD_HELD
-        elif self.hold_head and self.framing is Framing.CHUNKED:
-            self.held = head
-            self.response = ResponseState.HEAD_HELD
-        else:
+        elif not (self.hold_head and self.framing is Framing.CHUNKED):
             self.response = ResponseState.SENDING
             return head
+        self.held = head
+        self.response = ResponseState.HEAD_HELD
         return b""
 
     def _body(self, body: bytes, more: bool) -> bytes:
@@ -408,14 +405,7 @@ class Cycle:
     def direct_fd(self) -> int | None:
         """The socket's descriptor while body bytes may go to it as the relay frames them
         (chunked, the head out or held, the client there); None otherwise."""
-        if (
-            (
-                self.response is not ResponseState.SENDING
-                and self.response is not ResponseState.HEAD_HELD
-            )
-            or self.framing is not Framing.CHUNKED
-            or self.wire.gone
-        ):
+        if self.response not in _UNDER_WAY or self.framing is not Framing.CHUNKED or self.wire.gone:
             return None
         return self.wire.sock.fileno()
 
