@@ -211,14 +211,16 @@ class Rig:
                 conf.write_text(NGINX_CONF.format(work=self.work, upstream=up, port=p))
                 start("nginx_proxy", kind, ["-c", str(conf), "-p", str(self.work)], CORE_B,
                       nginx_binary(ns.nginx), port=p)  # fmt: skip
+            # `python -m edgegw` on this interpreter, or the build given with --edgegw.
+            serve = ["serve"] if ns.edgegw else ["-m", "edgegw", "serve"]
             for name, workers in (("edgegw", 1), ("edgegw_w2_unpinned", 2)):
                 p = free_port()
-                start(name, kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B, None,
+                start(name, kind, [*serve, "--port", str(p)], CORE_B, ns.edgegw,
                       edgegw_env(up, workers))  # fmt: skip
             if ns.pump:
                 p = free_port()
-                start("edgegw_pump", kind, ["-m", "edgegw", "serve", "--port", str(p)], CORE_B,
-                      None, edgegw_env(up, 1, {"EDGEGW_STREAM_RELAY": "trio"}))  # fmt: skip
+                start("edgegw_pump", kind, [*serve, "--port", str(p)], CORE_B,
+                      ns.edgegw, edgegw_env(up, 1, {"EDGEGW_STREAM_RELAY": "trio"}))  # fmt: skip
         for kind in self.kinds:  # the one worker again, re-pinned for its cells
             self.port["edgegw_w1_unpinned", kind] = self.port["edgegw", kind]
             self.pid["edgegw_w1_unpinned", kind] = self.pid["edgegw", kind]
@@ -480,6 +482,9 @@ def add_arguments(p: argparse.ArgumentParser, scenario: str) -> None:
     p.add_argument("--inference-gateway", metavar="PATH",
                    help="an inference-gateway binary (built from its source at a named tag): a "
                         "target of every cell")  # fmt: skip
+    p.add_argument("--edgegw", metavar="PATH",
+                   help="the edgegw executable measured (scripts/build-binary's one-file or "
+                        "one-folder build) instead of `python -m edgegw` on this interpreter")  # fmt: skip
     p.add_argument("--nginx", nargs="?", const="nginx", metavar="PATH",
                    help="nginx (default: on PATH) as a proxy_pass target of every cell")  # fmt: skip
     p.add_argument("--pump", action="store_true",
