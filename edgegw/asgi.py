@@ -191,11 +191,7 @@ class Call:
 
     async def send(self, message: dict[str, Any]) -> None:
         if self._with_id and message["type"] == "http.response.start":
-            message["headers"] = [
-                *message["headers"],
-                *self.answer_headers,
-                (b"x-request-id", self.request_id.encode()),
-            ]
+            message["headers"] = self._head(message["headers"])
             self.status = message["status"]
         await self._send(message)
 
@@ -320,8 +316,11 @@ class Call:
             return
         # The connection's writer takes the whole answer in one step, no messages between.
         self.status = status
-        rid = (b"x-request-id", self.request_id.encode())
-        await direct.respond(status, [*headers, *self.answer_headers, rid], body)
+        await direct.respond(status, self._head(headers), body)
+
+    def _head(self, headers: Headers) -> list[tuple[bytes, bytes]]:
+        """An answer head's headers with every answer's own and the request's id."""
+        return [*headers, *self.answer_headers, (b"x-request-id", self.request_id.encode())]
 
     async def respond_json(self, status: int, body: bytes, extra: Headers = ()) -> None:
         # A known length spares Hypercorn the chunked framing (one socket send fewer).

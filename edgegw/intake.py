@@ -20,6 +20,7 @@ from edgegw.asgi import Call
 from edgegw.errors import GatewayError, fail, payload_too_large
 
 RETRY_AFTER = ((b"retry-after", b"1"),)
+TOO_MANY_BYTES = "Too many request body bytes in progress; retry shortly."
 
 
 @dataclass(slots=True)
@@ -48,7 +49,7 @@ class Intake:
             if len(whole) > limit:
                 raise payload_too_large(limit)
             if self.bytes + len(whole) > self.max_bytes:
-                raise _overloaded("Too many request body bytes in progress; retry shortly.")
+                raise _overloaded(TOO_MANY_BYTES)
             call.hold_body(whole)
             return
         self.bodies += 1
@@ -60,7 +61,7 @@ class Intake:
                 if charged + len(chunk) > limit:
                     raise payload_too_large(limit)
                 if self.bytes + len(chunk) > self.max_bytes:
-                    raise _overloaded("Too many request body bytes in progress; retry shortly.")
+                    raise _overloaded(TOO_MANY_BYTES)
                 charged += len(chunk)
                 self.bytes += len(chunk)
                 chunks.append(chunk)

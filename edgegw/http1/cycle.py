@@ -282,20 +282,19 @@ class Cycle:
                 self._frame(data)
             except RequestError as e:
                 return await self._fail(e.status, e.code, str(e))
-        body = self.pending[0] if len(self.pending) == 1 else b"".join(self.pending)
-        self.pending = []
-        self.delivered = self.body_done
-        return {"type": "http.request", "body": bytes(body), "more_body": not self.body_done}
+        return {"type": "http.request", "body": self._take(), "more_body": not self.body_done}
 
     def whole_body(self) -> bytes | None:
         """The whole request body when it is all framed already (it came with the head, as
         nearly every JSON body does), taken as `receive` would deliver it; None otherwise."""
-        if self.delivered or not self.body_done:
-            return None
+        return self._take() if self.body_done and not self.delivered else None
+
+    def _take(self) -> bytes:
+        """The body bytes framed so far, delivered."""
         pending = self.pending
         body = pending[0] if len(pending) == 1 else b"".join(pending)
         self.pending = []
-        self.delivered = True
+        self.delivered = self.body_done
         return bytes(body)
 
     async def _watch_disconnect(self) -> dict[str, Any]:
