@@ -84,6 +84,11 @@ class Ending(enum.Enum):
     TIMED_OUT = "timed_out"  # the exchange's own deadline
 
 
+# As globals: a member read through its class costs EnumType.__getattr__'s slot on CPython
+# 3.11 (edgegw.http1.cycle).
+COMPLETED, CLIENT_GONE, DRAINED, TIMED_OUT = Ending
+
+
 class Ended(Protocol):
     """An exchange after its `with` (edgegw.watch), as `SseWriter.settle` reads it."""
 
@@ -97,6 +102,9 @@ class StreamState(enum.Enum):
     HEAD_PENDING = "head_pending"
     STREAMING = "streaming"
     ENDED = "ended"
+
+
+HEAD_PENDING, STREAMING, ENDED = StreamState
 
 
 class SseWriter:
@@ -114,13 +122,13 @@ class SseWriter:
         self._send = send
         self._headers = [*SSE_HEADERS, *extra_headers] if extra_headers else SSE_HEADERS
         self._outcome = outcome
-        self.state = StreamState.HEAD_PENDING
+        self.state = HEAD_PENDING
         # The route's API: how the error event that ends a failed stream is written.
         self.shape = shape
 
     async def start(self) -> None:
         await self._send({"type": "http.response.start", "status": 200, "headers": self._headers})
-        self.state = StreamState.STREAMING
+        self.state = STREAMING
 
     async def write(self, data: bytes) -> None:
         await self._send({"type": "http.response.body", "body": data, "more_body": True})
@@ -141,7 +149,7 @@ class SseWriter:
 
     async def close(self, data: bytes = b"") -> None:
         """The stream's clean end (`data` holds its last events, `[DONE]` included)."""
-        self.state = StreamState.ENDED
+        self.state = ENDED
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
         if data and self._outcome.first_chunk_at is None:
             self._outcome.first_chunk_at = trio.current_time()
@@ -149,12 +157,12 @@ class SseWriter:
     async def fail(self, code: str, message: str) -> None:
         """End a started stream with one error event in the API's shape (no `[DONE]`);
         before the head, raise the error as an answer instead."""
-        if self.state is StreamState.HEAD_PENDING:
+        if self.state is HEAD_PENDING:
             raise fail(code, message)
-        if self.state is StreamState.ENDED:
+        if self.state is ENDED:
             return
         self._outcome.error = code
-        self.state = StreamState.ENDED
+        self.state = ENDED
         event = self.shape.event(CATALOGUE[code][0], code, message, self._outcome.events)
         await self._send({"type": "http.response.body", "body": event, "more_body": False})
 
@@ -164,12 +172,12 @@ class SseWriter:
         """After the exchange's scope: end the stream as its ending says (a drained or
         timed-out stream gets its error event; before the head, the error answer)."""
         ending = ex.ending
-        self._outcome.client_gone = ending is Ending.CLIENT_GONE
-        if ending is Ending.COMPLETED or ending is Ending.CLIENT_GONE:
+        self._outcome.client_gone = ending is CLIENT_GONE
+        if ending is COMPLETED or ending is CLIENT_GONE:
             return
-        if self.state is StreamState.HEAD_PENDING:
+        if self.state is HEAD_PENDING:
             ex.raise_unless_answerable(timeout_error)
-        elif ending is Ending.DRAINED:
+        elif ending is DRAINED:
             await self.fail("shutting_down", "the gateway is shutting down")
         else:
             err = timeout_error()

@@ -21,7 +21,7 @@ from types import TracebackType
 
 import trio
 
-from edgegw.answer import Ending
+from edgegw.answer import CLIENT_GONE, COMPLETED, DRAINED, TIMED_OUT, Ending
 from edgegw.asgi import Receive
 from edgegw.errors import GatewayError, shutting_down, upstream_timeout
 from edgegw.upstream import Interrupted, Interruptible
@@ -72,14 +72,14 @@ class Watched:
     @property
     def ending(self) -> Ending:
         if self.whole:
-            return Ending.COMPLETED
+            return COMPLETED
         if self.client_gone:
-            return Ending.CLIENT_GONE
+            return CLIENT_GONE
         if self.drained:
-            return Ending.DRAINED
+            return DRAINED
         if self.timed_out:
-            return Ending.TIMED_OUT
-        return Ending.COMPLETED
+            return TIMED_OUT
+        return COMPLETED
 
     def raise_unless_answerable(
         self, timeout_error: Callable[[], GatewayError] = upstream_timeout
@@ -88,11 +88,11 @@ class Watched:
         when the client is gone; a drained exchange is 503 `shutting_down`, a timed-out one
         the `timeout` error."""
         ending = self.ending
-        if ending is Ending.CLIENT_GONE:
+        if ending is CLIENT_GONE:
             return False
-        if ending is Ending.DRAINED:
+        if ending is DRAINED:
             raise shutting_down()
-        if ending is Ending.TIMED_OUT:
+        if ending is TIMED_OUT:
             raise timeout_error()
         return True
 

@@ -75,9 +75,12 @@ class Framing(enum.Enum):
     NONE = "none"  # HEAD, 204, 304
 
 
-# The core's framing numbers (rust/src/respond.rs `Framing`).
-_FRAMINGS = (Framing.LENGTH, Framing.CHUNKED, Framing.CLOSE, Framing.NONE)
-_UNDER_WAY = (ResponseState.SENDING, ResponseState.HEAD_HELD)
+# The members as globals: on CPython 3.11 `Framing.NONE` is read through the slot of
+# EnumType.__getattr__, ~900 instructions, 3 % of a request (bench/README.md).
+PENDING, HEAD_HELD, SENDING, COMPLETE = ResponseState
+# In the order of the core's framing numbers (rust/src/respond.rs `Framing`).
+_FRAMINGS = LENGTH, CHUNKED, CLOSE, NO_BODY = tuple(Framing)
+_UNDER_WAY = (SENDING, HEAD_HELD)
 Pairs = Sequence[tuple[bytes, bytes]]
 
 
@@ -142,8 +145,8 @@ class Cycle:
         self.body_done = self.framing_in.done  # the whole body is framed
         self.delivered = False  # ... and the app has received all of it
         self.body_deadline = trio.current_time() + host.limits.body_timeout_s
-        self.response = ResponseState.PENDING
-        self.framing = Framing.NONE
+        self.response = PENDING
+        self.framing = NO_BODY
         self.remaining = 0  # Content-Length bytes still to send
         # HTTP/1.1 without `Connection: close` (h11's rule: HTTP/1.0 always closes; the
         # screen's keep_alive is RFC 9112's, which keeps a 1.0 `keep-alive` one open).
@@ -214,13 +217,13 @@ class Cycle:
         wire = self.wire
         await self._end()
         if self.failure is not None:
-            if self.response is ResponseState.PENDING:
+            if self.response is PENDING:
                 await wire.refuse(*self.failure)
             return False
         if wire.gone:
             return False
-        if app_failed or self.response is not ResponseState.COMPLETE:
-            if self.response is ResponseState.PENDING:
+        if app_failed or self.response is not COMPLETE:
+            if self.response is PENDING:
                 await wire.refuse(500, "internal_error", "internal error")
             return False  # a response cut short: closing tells the client so
         wire.linger = True
@@ -257,11 +260,7 @@ class Cycle:
         while not self.pending and not self.body_done:
             if wire.gone:
                 return DISCONNECT
-            if (
-                self.awaits_continue
-                and not self.continue_sent
-                and self.response is ResponseState.PENDING
-            ):
+            if self.awaits_continue and not self.continue_sent and self.response is PENDING:
                 self.continue_sent = True
                 await wire.write(CONTINUE)
             data = wire.recv_now()
@@ -344,7 +343,7 @@ class Cycle:
     def _start(self, status: int, headers: Pairs) -> bytes:
         """http.response.start: the head, checked and framed; what to write now (b"" when
         the head is held for the body's first bytes)."""
-        if self.response is not ResponseState.PENDING:
+        if self.response is not PENDING:
             raise RuntimeError("http.response.start sent twice")
         # Checked, scanned for the framing and written by the core (rust/src/respond.rs).
         head, framed, length, self.keep_alive = response_head(
@@ -358,40 +357,40 @@ class Cycle:
         self.framing = _FRAMINGS[framed]
         if length is not None:
             self.remaining = length
-        elif not (self.hold_head and self.framing is Framing.CHUNKED):
-            self.response = ResponseState.SENDING
+        elif not (self.hold_head and self.framing is CHUNKED):
+            self.response = SENDING
             return head
         self.held = head
-        self.response = ResponseState.HEAD_HELD
+        self.response = HEAD_HELD
         return b""
 
     def _body(self, body: bytes, more: bool) -> bytes:
         """http.response.body: its bytes framed, after a held head; what to write now."""
         state = self.response
-        if state is ResponseState.COMPLETE:
+        if state is COMPLETE:
             return b""
-        if state is ResponseState.PENDING:
+        if state is PENDING:
             raise RuntimeError("http.response.body before http.response.start")
         out = self.held
         self.held = b""
         framing = self.framing
         if body:
-            if framing is Framing.CHUNKED:
+            if framing is CHUNKED:
                 body = b"%x\r\n%b\r\n" % (len(body), body)
-            elif framing is Framing.LENGTH:
+            elif framing is LENGTH:
                 self.remaining -= len(body)
                 if self.remaining < 0:
                     raise RuntimeError("response body longer than its Content-Length")
-            elif framing is Framing.NONE:
+            elif framing is NO_BODY:
                 body = b""
             out = out + body if out else body
         if more:
-            self.response = ResponseState.SENDING
+            self.response = SENDING
         else:
-            self.response = ResponseState.COMPLETE
-            if framing is Framing.CHUNKED:
+            self.response = COMPLETE
+            if framing is CHUNKED:
                 out += b"0\r\n\r\n"
-            elif framing is Framing.LENGTH and self.remaining:
+            elif framing is LENGTH and self.remaining:
                 self.keep_alive = False  # cut short: only closing can tell the client
         return out
 
@@ -404,7 +403,7 @@ class Cycle:
     def direct_fd(self) -> int | None:
         """The socket's descriptor while body bytes may go to it as the relay frames them
         (chunked, the head out or held, the client there); None otherwise."""
-        if self.response not in _UNDER_WAY or self.framing is not Framing.CHUNKED or self.wire.gone:
+        if self.response not in _UNDER_WAY or self.framing is not CHUNKED or self.wire.gone:
             return None
         return self.wire.sock.fileno()
 
@@ -416,12 +415,12 @@ class Cycle:
     def direct_head_taken(self) -> None:
         """The relay has the held head: it is out as far as this cycle is concerned."""
         self.held = b""
-        if self.response is ResponseState.HEAD_HELD:
-            self.response = ResponseState.SENDING
+        if self.response is HEAD_HELD:
+            self.response = SENDING
 
     def direct_ended(self) -> None:
         """The relay wrote the body's end (its terminator)."""
-        self.response = ResponseState.COMPLETE
+        self.response = COMPLETE
 
     @property
     def direct_stall_s(self) -> float:
