@@ -101,6 +101,9 @@ class Call:
 
     __slots__ = (
         "scope",
+        "method",
+        "path",
+        "query",
         "receive",
         "_send",
         "_with_id",
@@ -122,6 +125,10 @@ class Call:
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
+        # Read from the scope once: every route and layer asks for them.
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.query: bytes = scope.get("query_string", b"")
         self.receive = receive
         self._send = send
         # `send` adds the request id to the answer's head (not for `answered_into`). A flag,
@@ -164,6 +171,7 @@ class Call:
         `x-request-id` (the request's own answer has it)."""
         other = Call.__new__(Call)
         other.scope, other.receive = self.scope, self.receive
+        other.method, other.path, other.query = self.method, self.path, self.query
         other._send = send
         other._with_id = False
         other._body_done = self._body_done
@@ -196,18 +204,6 @@ class Call:
         await self._send(message)
 
     @property
-    def method(self) -> str:
-        return str(self.scope["method"])
-
-    @property
-    def path(self) -> str:
-        return str(self.scope["path"])
-
-    @property
-    def query(self) -> bytes:
-        return bytes(self.scope.get("query_string", b""))
-
-    @property
     def headers(self) -> list[tuple[bytes, bytes]]:
         return list(self.scope["headers"])
 
@@ -222,9 +218,10 @@ class Call:
         return [bytes(v) for k, v in self.scope["headers"] if k == name]
 
     def query_values(self, name: str) -> list[str]:
-        if self.query.find(name.encode() + b"=") == -1:  # find: edgegw.octets
+        query = self.query
+        if query.find(name.encode() + b"=") == -1:  # find: edgegw.octets
             return []
-        return parse_qs(self.query.decode("latin-1"), keep_blank_values=True).get(name, [])
+        return parse_qs(query.decode("latin-1"), keep_blank_values=True).get(name, [])
 
     def provider_param(self) -> str | None:
         """`?provider=`, trimmed and lower-cased; None when absent or empty."""

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from functools import partial
 
 from edgegw._core import ParsedRequest, parse_chat_request, parse_completions_request
 from edgegw.answer import Outcome
@@ -48,20 +49,17 @@ from edgegw.routing.router import Failover, Pool, Screen, selected_headers
 log = logging.getLogger("edgegw.app")
 
 
-async def chat_completions(gw: Gateway, call: Call) -> None:
-    await _generation(gw, call, parse_chat_request)
-
-
-async def completions(gw: Gateway, call: Call) -> None:
-    await _generation(gw, call, parse_completions_request)
-
-
 async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
     req = parse_traced(call, parse, body)
     operation = "chat" if req.endpoint == "chat" else "text_completion"
     with Recording(gw, call, req.model, operation, req.stream) as rec:
         rec.outcome = await generate(gw, call, req, body, parse, rec)
+
+
+# Partials, not wrappers: a coroutine less a request.
+chat_completions = partial(_generation, parse=parse_chat_request)
+completions = partial(_generation, parse=parse_completions_request)
 
 
 async def generate(
