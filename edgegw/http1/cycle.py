@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -144,7 +145,7 @@ class Cycle:
         self.pending: list[bytes] = []
         self.body_done = self.framing_in.done  # the whole body is framed
         self.delivered = False  # ... and the app has received all of it
-        self.body_deadline = trio.current_time() + host.limits.body_timeout_s
+        self.body_deadline = math.inf  # set by `start` when the body is still to come
         self.response = PENDING
         self.framing = NO_BODY
         self.remaining = 0  # Content-Length bytes still to send
@@ -176,6 +177,8 @@ class Cycle:
             data = bytes(wire.buf)
             wire.buf.clear()
             cycle._frame(data)
+        if not cycle.body_done:  # a body that came whole with its head needs no clock
+            cycle.body_deadline = trio.current_time() + host.limits.body_timeout_s
         return cycle
 
     def _frame(self, data: bytes) -> None:
