@@ -104,6 +104,7 @@ class Call:
         "method",
         "path",
         "query",
+        "_first",
         "receive",
         "_send",
         "_with_id",
@@ -129,6 +130,7 @@ class Call:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.query: bytes = scope.get("query_string", b"")
+        self._first: dict[bytes, bytes] | None = None  # `header`'s, made at its first call
         self.receive = receive
         self._send = send
         # `send` adds the request id to the answer's head (not for `answered_into`). A flag,
@@ -172,6 +174,7 @@ class Call:
         other = Call.__new__(Call)
         other.scope, other.receive = self.scope, self.receive
         other.method, other.path, other.query = self.method, self.path, self.query
+        other._first = self._first
         other._send = send
         other._with_id = False
         other._body_done = self._body_done
@@ -209,10 +212,11 @@ class Call:
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of header `name` (lower case), or None."""
-        for k, v in self.scope["headers"]:
-            if k == name:
-                return bytes(v)
-        return None
+        first = self._first
+        if first is None:  # one mapping in C, not a loop in Python for each name asked
+            first = self._first = dict(reversed(self.scope["headers"]))
+        value = first.get(name)
+        return None if value is None else bytes(value)
 
     def header_values(self, name: bytes) -> list[bytes]:
         return [bytes(v) for k, v in self.scope["headers"] if k == name]
