@@ -68,6 +68,14 @@ class Origin:
     host: str
     port: int
     base_path: str
+    # The Host header every request to it sends, made once.
+    host_header: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        value = host if self.port == default else f"{host}:{self.port}"
+        object.__setattr__(self, "host_header", value.encode())
 
     @classmethod
     def from_url(cls, url: str) -> Origin:
@@ -76,12 +84,6 @@ class Origin:
             raise ValueError("not an http(s) URL")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
-
-    @property
-    def host_header(self) -> bytes:
-        default = 443 if self.scheme == "https" else 80
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return (host if self.port == default else f"{host}:{self.port}").encode()
 
 
 # A longer Retry-After is cut to this: an upstream cannot take itself out for a day.
@@ -686,25 +688,14 @@ class Response:
         self._closed = True
         if (
             self._done
+            # Not after Transfer-Encoding beside Content-Length (the core's rule): read by its
+            # chunks, but the upstream may have meant the length, leaving bytes behind.
             and self._parser.reusable
-            # Read by its chunks and relayed reframed, but never reused: the upstream may
-            # have meant the Content-Length, leaving bytes the next answer would start with.
-            and not self._mixed_framing()
             and not self._conn.interrupted
             and self._pool._checkin(self._conn)
         ):
             return
         await self._pool._discard(self._conn)
-
-    def _mixed_framing(self) -> bool:
-        """Transfer-Encoding beside Content-Length: RFC 9112 §6.1 forbids sending both."""
-        te = cl = False
-        for name, _ in self.headers:
-            if name == b"transfer-encoding":
-                te = True
-            elif name == b"content-length":
-                cl = True
-        return te and cl
 
 
 def retry_after_s(value: bytes | None) -> float | None:

@@ -319,6 +319,11 @@ impl ResponseParser {
             }
             return Ok(Some((used, head))); // interim: stay in Head for the final response
         }
+        if has_te && content_length.is_some() {
+            // RFC 9112 §6.1 forbids sending both: read by its chunks, but the upstream may
+            // have meant the length, so what follows on the connection is not trusted.
+            self.reusable = false;
+        }
         self.state = if self.head_request || status == 204 || status == 304 {
             State::Done
         } else if has_te {
@@ -503,6 +508,12 @@ mod tests {
         assert!(!p.is_done());
         assert!(p.feed_eof().unwrap().done);
         assert!(!p.reusable());
+        let mut p = ResponseParser::new(false);
+        p.feed(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert!(p.is_done() && !p.reusable());
         let mut p = ResponseParser::new(true);
         assert!(
             p.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n")
