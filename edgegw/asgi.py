@@ -82,7 +82,7 @@ class ClientGone(Exception):
     """The client disconnected before its request was read; there is nobody to answer."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: edgegw.resolve.Remote says why
 class Result:
     """A generation request's record, made once when it ended (edgegw.routes.record), for
     the access log and the server span to read: whom it went to, for which model, with

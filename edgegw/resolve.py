@@ -35,7 +35,9 @@ UNKNOWN_PROVIDER = (
 REMEMBERED = 256
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen, as every value a request makes: a frozen dataclass sets each field through
+# object.__setattr__, a C call each on CPython 3.11 (bench/README.md).
+@dataclass(slots=True)
 class Remote:
     target: Target
     # The model as the provider names it (no `provider/` prefix); None where a native API
@@ -43,7 +45,7 @@ class Remote:
     model: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Local:
     runtime: LocalRuntime
 

@@ -104,7 +104,8 @@ def parse_traced(call: Call, parse: Callable[[bytes], ParsedRequest], body: byte
 # -- decide: where the request goes, before anything is sent -------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+# The plans are not frozen: edgegw.resolve.Remote says why.
+@dataclass(slots=True)
 class Routed:
     """A routing alias: its deployments tried in turn (edgegw.routing.router)."""
 
@@ -112,7 +113,7 @@ class Routed:
     forbid: bool  # X-SIE-Remote: forbid
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ServedLocally:
     """A local model, checked by the SIE contract; `fallback` is the profile's remote
     model when the request may fall back to it (never for `model:profile`, nor under
@@ -126,7 +127,7 @@ class ServedLocally:
     dropped: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ServedRemotely:
     remote: Remote
     headers: Headers  # a local model's remote profile, named: SIE's disclosure
