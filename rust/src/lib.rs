@@ -23,8 +23,9 @@ mod binding {
 
     use pyo3::create_exception;
     use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError, PyValueError};
+    use pyo3::intern;
     use pyo3::prelude::*;
-    use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyTuple};
+    use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
     use crate::error::{Rejection, UpstreamFault};
     use crate::guard;
@@ -99,21 +100,24 @@ mod binding {
     #[pyclass(frozen, module = "edgegw._core")]
     struct ParsedRequest {
         body: Py<PyBytes>,
+        // Made once: a request's route reads its model a handful of times.
+        model: Py<PyString>,
         inner: Parsed,
     }
 
     #[pymethods]
     impl ParsedRequest {
         #[getter]
-        fn endpoint(&self) -> &'static str {
+        fn endpoint<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+            // Interned: no new string for each of a request's reads.
             match self.inner.endpoint {
-                Endpoint::Chat => "chat",
-                Endpoint::Completions => "completions",
+                Endpoint::Chat => intern!(py, "chat").clone(),
+                Endpoint::Completions => intern!(py, "completions").clone(),
             }
         }
         #[getter]
-        fn model(&self) -> &str {
-            &self.inner.model
+        fn model(&self, py: Python<'_>) -> Py<PyString> {
+            self.model.clone_ref(py)
         }
         #[getter]
         fn stream(&self) -> bool {
@@ -228,7 +232,10 @@ mod binding {
         fn __repr__(&self) -> String {
             format!(
                 "ParsedRequest(endpoint={:?}, model={:?}, stream={}, fields={:?})",
-                self.endpoint(),
+                match self.inner.endpoint {
+                    Endpoint::Chat => "chat",
+                    Endpoint::Completions => "completions",
+                },
                 self.inner.model,
                 self.inner.stream,
                 self.inner.fields
@@ -246,6 +253,7 @@ mod binding {
         let inner = parse(bytes.as_bytes())?;
         Ok(ParsedRequest {
             body: bytes.clone().unbind(),
+            model: PyString::new(body.py(), &inner.model).unbind(),
             inner,
         })
     }
