@@ -215,8 +215,7 @@ class Call:
         first = self._first
         if first is None:  # one mapping in C, not a loop in Python for each name asked
             first = self._first = dict(reversed(self.scope["headers"]))
-        value = first.get(name)
-        return None if value is None else bytes(value)
+        return first.get(name)  # ASGI's header values are bytes
 
     def header_values(self, name: bytes) -> list[bytes]:
         return [bytes(v) for k, v in self.scope["headers"] if k == name]
