@@ -8,6 +8,7 @@ machine), medians. The figure is the server's CPU µs per answered request, and 
 cost each feature's median puts over ``off``'s:
 
 - ``off``: telemetry on (metrics), nothing else: the reference;
+- ``no_telemetry``: telemetry off too, as `capacity` runs edgegw (below the reference);
 - ``tracing``: every request traced, spans exported to the Go mock's OTLP/HTTP ``/v1/traces``
   (a collector that keeps nothing);
 - ``access_log``: ``LOG_LEVEL=INFO``, one line a request (to /dev/null);
@@ -72,6 +73,7 @@ main := {"action": "block", "message": "no forbidden words"} if {
 """
 FEATURES = (
     "off",
+    "no_telemetry",
     "tracing",
     "access_log",
     "guardrails",
@@ -114,6 +116,7 @@ def configurations(
     tenants = tenants_with(f"{LIMITS} {BUDGETS}", "keys")
     return {
         "off": (base, CHAT),
+        "no_telemetry": ({"PYTHONHASHSEED": "0"}, CHAT),
         "tracing": (
             {
                 **base,
