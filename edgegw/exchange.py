@@ -18,6 +18,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import trio
@@ -89,25 +90,25 @@ class Exchanges:
         is its own span with its own connection. `watch`: the exchange without a scope it
         is sent in."""
 
-        def attempt() -> Awaitable[Response]:
-            return send_traced(
-                self.pool, call, up.origin, up.method, up.target, up.headers, up.body, watch
-            )
-
+        # Partials, not closures: no function and cells made a request.
+        attempt = partial(
+            send_traced,
+            self.pool,
+            call,
+            up.origin,
+            up.method,
+            up.target,
+            up.headers,
+            up.body,
+            watch,
+        )
         if up.retry == "none" or self.retry.attempts <= 1:
             return await attempt()
-
-        def retrying(reason: str) -> None:
-            log.info(
-                "retrying %s %s after %s", up.origin.host, up.target[:64].decode("latin-1"), reason
-            )
-
-        refused_only = up.retry == "refused"
         return await send_retrying(
             attempt,
             self.retry,
-            refused_only=refused_only,
-            on_retry=retrying,
+            refused_only=up.retry == "refused",
+            on_retry=partial(_retrying, up),
             nap=trio.sleep if watch is None else watch.nap,
             started=None if watch is None else watch.started,
         )
@@ -288,6 +289,10 @@ class Exchanges:
         if not refusal:
             await writer.settle(ex)
         return outcome
+
+
+def _retrying(up: UpstreamRequest, reason: str) -> None:
+    log.info("retrying %s %s after %s", up.origin.host, up.target[:64].decode("latin-1"), reason)
 
 
 async def send_traced(

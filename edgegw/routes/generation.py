@@ -49,7 +49,7 @@ from edgegw.routing.router import Failover, Pool, Screen, selected_headers
 log = logging.getLogger("edgegw.app")
 
 
-async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRequest]) -> None:
+async def _generation(parse: Callable[[bytes], ParsedRequest], gw: Gateway, call: Call) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
     req = parse_traced(call, parse, body)
     operation = "chat" if req.endpoint == "chat" else "text_completion"
@@ -57,9 +57,10 @@ async def _generation(gw: Gateway, call: Call, parse: Callable[[bytes], ParsedRe
         rec.outcome = await generate(gw, call, req, body, parse, rec)
 
 
-# Partials, not wrappers: a coroutine less a request.
-chat_completions = partial(_generation, parse=parse_chat_request)
-completions = partial(_generation, parse=parse_completions_request)
+# Partials, not wrappers: a coroutine less a request (positional: a keyword would make
+# each call merge two dicts).
+chat_completions = partial(_generation, parse_chat_request)
+completions = partial(_generation, parse_completions_request)
 
 
 async def generate(
@@ -197,7 +198,10 @@ def _prompt_tokens(plan: Plan, body: bytes) -> int:
 
 def _max_tokens(gw: Gateway, req: ParsedRequest) -> int:
     """The answer's token bound for the tenant's estimate (settled with the usage)."""
-    return (req.max_tokens or gw.settings.default_max_tokens) * max(1, req.n, req.best_of or 1)
+    choices = req.n  # at least 1; best_of, when set, at least n (the core's rules)
+    if req.best_of is not None and req.best_of > choices:
+        choices = req.best_of
+    return (req.max_tokens or gw.settings.default_max_tokens) * choices
 
 
 # -- do: one execution of the plan ---------------------------------------------------------

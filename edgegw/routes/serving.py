@@ -57,7 +57,10 @@ async def serve_remote(
             "(ENABLE_VISION=true enables it).",
             param="messages",
         )
-    refuse_unsupported(tuple(f for f in req.remote_unsupported if f not in drop), req.features)
+    unsupported = req.remote_unsupported
+    if drop:
+        unsupported = tuple(f for f in unsupported if f not in drop)
+    refuse_unsupported(unsupported, req.features)
     assert remote.model is not None
     offered = mcp_agent.offer(gw.mcp, call, req)
     body, ask_usage = provider_body(
