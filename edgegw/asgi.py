@@ -36,7 +36,7 @@ REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+/=-]{1,%d}" % MAX_REQUEST_ID_CHARS)
 
 
 def new_request_id() -> str:
-    return f"{random_bits(128):032x}"
+    return random_bits(128).to_bytes(16, "big").hex()  # 32 digits; half a format spec's cost
 
 
 def request_id_of(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:
