@@ -86,7 +86,8 @@ class Ending(enum.Enum):
 
 # As globals: a member read through its class costs EnumType.__getattr__'s slot on CPython
 # 3.11 (edgegw.http1.cycle).
-COMPLETED, CLIENT_GONE, DRAINED, TIMED_OUT = Ending
+COMPLETED, CLIENT_GONE = Ending.COMPLETED, Ending.CLIENT_GONE
+DRAINED, TIMED_OUT = Ending.DRAINED, Ending.TIMED_OUT
 
 
 class Ended(Protocol):
@@ -104,7 +105,7 @@ class StreamState(enum.Enum):
     ENDED = "ended"
 
 
-HEAD_PENDING, STREAMING, ENDED = StreamState
+HEAD_PENDING, STREAMING, ENDED = StreamState.HEAD_PENDING, StreamState.STREAMING, StreamState.ENDED
 
 
 class SseWriter:

@@ -218,7 +218,7 @@ class Call:
         return first.get(name)  # ASGI's header values are bytes
 
     def header_values(self, name: bytes) -> list[bytes]:
-        return [bytes(v) for k, v in self.scope["headers"] if k == name]
+        return [v for k, v in self.scope["headers"] if k == name]
 
     def query_values(self, name: str) -> list[str]:
         query = self.query

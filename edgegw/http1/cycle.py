@@ -76,11 +76,11 @@ class Framing(enum.Enum):
     NONE = "none"  # HEAD, 204, 304
 
 
-# The members as globals: on CPython 3.11 `Framing.NONE` is read through the slot of
-# EnumType.__getattr__, ~900 instructions, 3 % of a request (bench/README.md).
-PENDING, HEAD_HELD, SENDING, COMPLETE = ResponseState
-# In the order of the core's framing numbers (rust/src/respond.rs `Framing`).
-_FRAMINGS = LENGTH, CHUNKED, CLOSE, NO_BODY = tuple(Framing)
+# Members as globals: CPython 3.11 reads `Framing.NONE` via EnumType.__getattr__ (bench/README.md).
+PENDING, HEAD_HELD = ResponseState.PENDING, ResponseState.HEAD_HELD
+SENDING, COMPLETE = ResponseState.SENDING, ResponseState.COMPLETE
+LENGTH, CHUNKED, CLOSE, NO_BODY = Framing.LENGTH, Framing.CHUNKED, Framing.CLOSE, Framing.NONE
+_FRAMINGS = (LENGTH, CHUNKED, CLOSE, NO_BODY)  # the core's framing numbers (rust/src/respond.rs)
 _UNDER_WAY = (SENDING, HEAD_HELD)
 Pairs = Sequence[tuple[bytes, bytes]]
 
