@@ -128,7 +128,8 @@ def record(
     caller = call.caller
     if settled is not None:
         tenant = gw.settings.tenants_default if caller is None else caller.tenant.name
-        gw.telemetry.record_tenant(tenant, model, settled[0], settled[1])
+        if gw.settings.telemetry_enabled:
+            gw.telemetry.record_tenant(tenant, model, settled[0], settled[1])
         if trace is not None:
             attributes: dict[str, object] = {"edgegw.tenant": tenant, "edgegw.tokens": settled[0]}
             if caller is not None:
@@ -147,6 +148,8 @@ def record(
             ttft_s=ttft_s,
             choices=None if call.trace_content is None else call.trace_content.choices(),
         )
+    if not gw.settings.telemetry_enabled:  # its arguments alone: 1 % of a request
+        return
     gw.telemetry.record_generation(
         provider=provider,
         model=model,
