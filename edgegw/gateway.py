@@ -140,7 +140,11 @@ def _tenancy(settings: Settings, prices: Prices) -> Tenancy:
     """The tenants' limits and budgets: in this process (usage in SQLite), or through Redis
     with TENANTS_REDIS_URL (which then holds the usage too)."""
     if settings.tenants_redis_url is None:
-        return Tenancy(Usage(store_path(settings), time.time), prices)
+        path = store_path(settings)  # set with the admin API's key or a budget
+        # Without a key file, a tenant or a store, no budget, admin API or restart reads it.
+        counted = path is not None or settings.api_keys_file is not None
+        counted = counted or settings.key_file.has_tenants
+        return Tenancy(Usage(path, time.time), prices, counted=counted)
     from edgegw.settings import parse_redis_url
     from edgegw.tenants.redis_link import RedisLink
     from edgegw.tenants.shared import SharedLimits

@@ -289,3 +289,21 @@ def test_the_store_is_kept_where_something_must_survive_a_restart(
     admin = {"TENANTS_ADMIN_KEY": "admin-credential-0123456789"}
     assert path_for("tenant t\n", **admin) == tmp_path / "edgegw" / "tenants.sqlite3"
     assert path_for("tenant t\n", TENANTS_STORE_PATH=str(tmp_path / "x.db")) == tmp_path / "x.db"
+
+
+def test_usage_is_added_up_whenever_something_can_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgegw.gateway import _tenancy
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    keys = tmp_path / "keys"
+    keys.write_text("tenant t\n")
+
+    def counted(**env: str) -> bool:
+        return _tenancy(Settings.load(environ=env), Prices({})).counted
+
+    assert not counted()  # no key file, tenant, store or admin API: nothing ever reads it
+    assert counted(EDGEGW_API_KEYS_FILE=str(keys))  # a budget may come with a re-read
+    assert counted(TENANTS_ADMIN_KEY="admin-credential-0123456789")
+    assert counted(TENANTS_STORE_PATH=str(tmp_path / "x.db"))

@@ -48,8 +48,12 @@ class Tenancy:
         shared: SharedLimits | None = None,
         limits_fail: str = "local",
         budgets_fail: str = "closed",
+        counted: bool = True,
     ) -> None:
         self.usage = usage
+        # False when nothing can ever read the usage (no key file, tenant, store or admin
+        # API): it is not added up then (bench/README.md).
+        self.counted = counted
         self.prices = prices
         # Through Redis when TENANTS_REDIS_URL is set; what an unanswered call falls back to.
         self.shared = shared
@@ -323,7 +327,7 @@ class Ticket:
         if self.shared is not None and tenancy.shared is not None:
             back = self.estimate - used
             tenancy.shared.settle(self.shared, self._scopes, back, used, nano or 0, tenancy._wall())
-        else:
+        elif tenancy.counted:
             tenancy.usage.add(self._scopes, used, nano or 0)
         if nano is not None and text is None:
             text = usd_text(nano)
