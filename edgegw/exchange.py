@@ -243,7 +243,11 @@ class Exchanges:
                     if relayed is Relayed.NO:
                         with ex.scoped():
                             await pump(
-                                resp, sink, self.idle_timeout_s, write_s=self.write_timeout_s
+                                resp,
+                                sink,
+                                self.idle_timeout_s,
+                                write_s=self.write_timeout_s,
+                                watched=ex,
                             )
                     elif relayed is Relayed.ENDED:
                         ex.answered()

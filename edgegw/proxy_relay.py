@@ -97,7 +97,9 @@ async def relay_judged(
                 await writer.start()
                 try:
                     sink = RelaySink(writer, outcome, up.secret, check=check)
-                    await pump(resp, sink, xs.idle_timeout_s, write_s=xs.write_timeout_s)
+                    await pump(
+                        resp, sink, xs.idle_timeout_s, write_s=xs.write_timeout_s, watched=ex
+                    )
                 except Exception:
                     log.exception("stream relay failed")
                     await writer.fail("internal_error", "internal error")

@@ -32,6 +32,7 @@ from edgegw.upstream import Response
 
 if TYPE_CHECKING:
     from edgegw.telemetry.tracing import Completion
+    from edgegw.watch import Watched
 
 
 class StreamCheck(Protocol):
@@ -79,11 +80,13 @@ async def pump(
     keepalive: KeepAlive | None = None,
     stalled: tuple[str, str] = STALLED,
     write_s: float = math.inf,
+    watched: Watched | None = None,
 ) -> None:
     """`first`: a piece of the stream already read (a local worker's, read to see it is no
     overload refusal); `stalled`: the code and message of a silence past `idle_s`; `write_s`:
     the longest a sink's write may block before the connection layer gives the client up
-    (SERVER_WRITE_STALL_TIMEOUT, and a stream check's own bound)."""
+    (SERVER_WRITE_STALL_TIMEOUT, and a stream check's own bound); `watched`: the exchange,
+    told once the sink took the events up to [DONE] (`Watched.delivered`)."""
     splitter = SseSplitter()
     decoder = stream_decoder(resp.header(b"content-encoding"))
     held = b""  # bytes of an event not yet complete
@@ -142,6 +145,8 @@ async def pump(
             last = done and not held and resp.complete
             if not await sink.events(data, n, piece_done, tapped, last):
                 return
+            if piece_done and watched is not None:
+                watched.delivered = True
     if stall.cancelled_caught:
         await sink.fail(*stalled)
     elif splitter.finish() and not done:

@@ -40,6 +40,7 @@ class Watched:
         "client_gone",
         "drained",
         "whole",
+        "delivered",
         "in_core",
         "_watch",
     )
@@ -51,6 +52,9 @@ class Watched:
         self.client_gone = False
         self.drained = False
         self.whole = False  # the client has the whole answer (`answered`)
+        # The client has its stream's events up to [DONE] (the pump says so): its hang-up
+        # ends nothing then (the official openai SDK closes there, before the body's end).
+        self.delivered = False
         # Its stream is on the core's relay, which watches the client for a hang-up itself
         # (edgegw.handoff): no watcher task is started for it.
         self.in_core = False
@@ -284,6 +288,8 @@ class DisconnectWatch:
             while True:
                 message = await ex.receive()
                 if message["type"] == "http.disconnect":
+                    if ex.delivered:  # a whole stream: its upstream is read to its end
+                        return
                     ex.client_gone = True
                     ex.cancel()
                     return

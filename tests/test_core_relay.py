@@ -246,6 +246,45 @@ async def test_the_sdk_reads_a_stream_the_core_relayed(
     await wait_until(lambda: gw.pool.idle_count() == 1)
 
 
+@pytest.mark.parametrize("relay", ["core", "pump"])
+@pytest.mark.parametrize("watched", [False, True])
+async def test_a_client_that_leaves_after_done_had_the_whole_stream(
+    nursery: trio.Nursery,
+    bad: BadUpstream,
+    caplog: pytest.LogCaptureFixture,
+    relay: str,
+    watched: bool,
+) -> None:
+    # The official openai SDK reads to [DONE] and closes the response there, before the
+    # body's terminator (openai/_streaming.py). Its stream was whole: recorded 200, not 499,
+    # and the upstream connection, read to its end, goes back to the pool. `watched`: the
+    # stream lasts long enough for the disconnect watch to look at it (WATCH_DELAY_S).
+    core, pump = await both(nursery, bad)
+    gw = core if relay == "core" else pump
+    caplog.set_level(logging.INFO, "edgegw.access")
+    before_done = 3 * WATCH_DELAY_S if watched else 0
+    bad.script = Script(
+        [
+            (0, response(200, CHUNKED) + chunk(EVENTS)),
+            (before_done, chunk(DONE)),
+            (0.2, b"0\r\n\r\n"),
+        ]
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
+    await Client(stream).send("POST", "/v1/chat/completions", STREAM)
+    got = b""
+    while b"data: [DONE]" not in got:
+        data = await stream.receive_some(65536)
+        assert data, got
+        got += data
+    await stream.aclose()
+    await wait_until(lambda: gw.pool.idle_count() == 1)
+    await wait_until(lambda: any("/v1/chat/completions" in r.getMessage() for r in caplog.records))
+    [line] = [r.getMessage() for r in caplog.records if "/v1/chat/completions" in r.getMessage()]
+    assert line.split()[2] == "200", line
+    assert (core.handoff.handed if relay == "core" else 0) == (relay == "core")
+
+
 async def test_a_silent_upstream_fails_the_stream(
     nursery: trio.Nursery, bad: BadUpstream, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -75,6 +75,14 @@ pub struct Stream {
     idle: f64,
     stall: f64,
     pub end: Option<End>,
+    /// The client has every byte up to the stream's `[DONE]`: a hang-up or a failed write
+    /// after that is no client gone (the official openai SDK closes at `[DONE]`, before the
+    /// body's terminator). The stream is then `delivered`: the upstream is read to its end,
+    /// for its connection to be kept, and what it still sends is dropped.
+    done_out: bool,
+    pub delivered: bool,
+    /// The client's socket left the epoll set once the stream was delivered.
+    client_unwatched: bool,
     finished: bool,
     started: Instant,
     /// Seconds from the hand-over to the first and the last batch written.
@@ -134,6 +142,11 @@ impl Stream {
 
     /// Writes what is pending; false when the client cannot take all of it now.
     fn flush(&mut self) -> bool {
+        if self.delivered {
+            self.out.clear();
+            self.sent = 0;
+            return true;
+        }
         while self.sent < self.out.len() {
             match sys::send(self.client, &self.out[self.sent..]) {
                 Ok(n) => {
@@ -143,7 +156,11 @@ impl Stream {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
-                    self.end = Some(End::ClientGone);
+                    if self.done_out {
+                        self.delivered = true;
+                    } else {
+                        self.end = Some(End::ClientGone);
+                    }
                     self.out.clear();
                     self.sent = 0;
                     return true;
@@ -152,7 +169,18 @@ impl Stream {
         }
         self.out.clear();
         self.sent = 0;
+        self.done_out = self.relay.done;
         true
+    }
+
+    /// The client closed or reset its side: gone, as the gateway's own disconnect watch
+    /// takes a client's end of input; or, after `[DONE]` reached it, done with a whole stream.
+    fn hung_up(&mut self) {
+        if self.done_out {
+            self.delivered = true;
+        } else {
+            self.end = Some(End::ClientGone);
+        }
     }
 
     /// One read of the upstream, relayed.
@@ -200,6 +228,11 @@ impl Shared {
     /// leaves both interest sets and is reported. Otherwise its interest follows `blocked`.
     fn settle(&self, id: u64, s: &mut Stream, finished: &mut Vec<u64>) {
         let drained = s.flush();
+        if s.delivered && !s.client_unwatched {
+            // Its hang-up would be reported at every wait, and nothing more is written to it.
+            s.client_unwatched = true;
+            sys::epoll_del(self.epoll.0, s.client);
+        }
         if s.over(drained) {
             unwatch(self.epoll.0, s);
             s.finished = true;
@@ -232,27 +265,35 @@ impl Shared {
             if state.stopping {
                 return;
             }
-            for ev in &events[..n] {
-                let key = ev.key();
-                if key == WAKE_KEY {
-                    sys::drain_eventfd(self.wake.0);
-                    continue;
+            // The clients' hang-ups first: one reported with its upstream's last events left
+            // before they were written, so it is gone, not a client that had `[DONE]`.
+            for hung_up in [true, false] {
+                for ev in &events[..n] {
+                    let key = ev.key();
+                    if key == WAKE_KEY {
+                        if !hung_up {
+                            sys::drain_eventfd(self.wake.0);
+                        }
+                        continue;
+                    }
+                    let client_hung_up = key % 2 == 1 && ev.hung_up();
+                    if client_hung_up != hung_up {
+                        continue;
+                    }
+                    let id = key / 2;
+                    let Some(s) = state.streams.get_mut(&id) else {
+                        continue; // taken back since the wait returned
+                    };
+                    if s.finished {
+                        continue;
+                    }
+                    if client_hung_up {
+                        s.hung_up();
+                    } else if key % 2 == 0 && !s.blocked {
+                        s.on_readable(&mut buf);
+                    }
+                    self.settle(id, s, &mut finished);
                 }
-                let id = key / 2;
-                let Some(s) = state.streams.get_mut(&id) else {
-                    continue; // taken back since the wait returned
-                };
-                if s.finished {
-                    continue;
-                }
-                if key % 2 == 0 && !s.blocked {
-                    s.on_readable(&mut buf);
-                } else if key % 2 == 1 && ev.hung_up() {
-                    // The client closed or reset its side: gone, as the gateway's own
-                    // disconnect watch takes a client's end of input.
-                    s.end = Some(End::ClientGone);
-                }
-                self.settle(id, s, &mut finished);
             }
             if !finished.is_empty() {
                 state.finished.append(&mut finished);
@@ -333,6 +374,9 @@ impl RelayLoop {
             idle,
             stall,
             end: None,
+            done_out: false,
+            delivered: false,
+            client_unwatched: false,
             finished: false,
             started: Instant::now(),
             first_write: None,
@@ -423,7 +467,9 @@ impl RelayLoop {
 
 /// A stream leaves the epoll set: its client always, its upstream unless blocked.
 fn unwatch(epoll: RawFd, s: &Stream) {
-    sys::epoll_del(epoll, s.client);
+    if !s.client_unwatched {
+        sys::epoll_del(epoll, s.client);
+    }
     if !s.blocked {
         sys::epoll_del(epoll, s.up);
     }
@@ -771,6 +817,48 @@ mod tests {
         upstream.write_all(b"data: a\n\n").unwrap();
         wait_finished(&l, id);
         assert_eq!(l.take(id).unwrap().end, Some(End::ClientGone));
+    }
+
+    #[test]
+    fn a_client_that_leaves_after_done_had_the_whole_stream() {
+        // The official openai SDK closes at `[DONE]`, before the body's terminator: the
+        // stream is whole, and the upstream is read to its end for its connection.
+        let l = RelayLoop::new().unwrap();
+        let mut h = handed(&l, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+        let events = b"data: a\n\ndata: [DONE]\n\n";
+        let mut chunk = format!("{:x}\r\n", events.len()).into_bytes();
+        chunk.extend_from_slice(events);
+        chunk.extend_from_slice(b"\r\n");
+        h.upstream.write_all(&chunk).unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 256];
+        while !got.ends_with(b"data: [DONE]\n\n\r\n") {
+            let n = h.reader.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        drop(h.reader);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(l.finished().is_empty()); // the upstream's end is still to come
+        h.upstream.write_all(b"0\r\n\r\n").unwrap();
+        wait_finished(&l, h.id);
+        let s = l.take(h.id).unwrap();
+        assert_eq!(s.end, Some(End::Relay(Stop::Ended)));
+        assert!(s.delivered && s.relay.done && s.relay.parser().is_done());
+    }
+
+    #[test]
+    fn a_client_that_leaves_before_done_is_gone() {
+        let l = RelayLoop::new().unwrap();
+        let mut h = handed(&l, b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+        h.upstream.write_all(b"9\r\ndata: a\n\n\r\n").unwrap();
+        let mut buf = [0u8; 256];
+        assert!(h.reader.read(&mut buf).unwrap() > 0);
+        drop(h.reader);
+        wait_finished(&l, h.id);
+        let s = l.take(h.id).unwrap();
+        assert_eq!(s.end, Some(End::ClientGone));
+        assert!(!s.delivered);
     }
 
     #[test]
