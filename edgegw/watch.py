@@ -4,7 +4,10 @@ deadline, when their client is gone or when the drain of a shutdown is over: the
 `receive()`) and tells afterwards which ended an exchange (`ending`). Watchers are given
 only to exchanges still running after `WATCH_DELAY_S` (bench/README.md has the cost), so a
 disconnect is acted on within twice that; a stream on the core's relay gets none, as the
-core watches its client's socket for a hang-up itself (edgegw.handoff).
+core watches its client's socket for a hang-up itself (edgegw.handoff). A client that hangs
+up once its stream's events up to `[DONE]` were sent (`delivered`; the official openai SDK
+closes there, before the body's terminator) had a whole stream: the exchange goes on to the
+upstream's end, for its connection to be kept, and is not ended as a client gone.
 
 The exchanges of /proxy and of the local workers run in a cancel scope of their own
 (`Exchange`). A whole answer and a stream do not (`WholeExchange`): the watch's one timer

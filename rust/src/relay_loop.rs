@@ -9,7 +9,9 @@
 //! writes what the relay made at once, and while the client cannot take more it stops
 //! reading (the upstream's own flow control then holds the rest). The client's socket is
 //! watched for a hang-up all along: a client gone while its upstream is silent ends the
-//! stream at once, and the gateway starts no disconnect watch of its own for it. A stream
+//! stream at once, and the gateway starts no disconnect watch of its own for it; a client
+//! that hangs up once it has the events up to `[DONE]` had the whole stream, and the upstream
+//! is read on to its end, for its connection to be kept. A stream
 //! that ends (over whole, a fault, the client gone) is put on the finished list and the
 //! gateway is woken through one eventfd (`done_fd`); it then takes the stream back with
 //! what it counted. A whole stream's end (the client's chunked terminator) is written here
