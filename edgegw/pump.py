@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
 
@@ -46,6 +46,10 @@ class StreamCheck(Protocol):
 
 
 class Sink(Protocol):
+    # Whether the client gets the upstream's [DONE] when the sink takes it (not a round's
+    # of an MCP loop, held back): a hang-up after that ends nothing (`Watched.delivered`).
+    passes_done: ClassVar[bool]
+
     async def events(
         self, data: bytes, n: int, done: bool, tapped: list[bytes], last: bool
     ) -> bool:
@@ -145,7 +149,7 @@ async def pump(
             last = done and not held and resp.complete
             if not await sink.events(data, n, piece_done, tapped, last):
                 return
-            if piece_done and watched is not None:
+            if piece_done and watched is not None and sink.passes_done:
                 watched.delivered = True
     if stall.cancelled_caught:
         await sink.fail(*stalled)
@@ -172,6 +176,7 @@ class RelaySink:
     judged by `check` before they go, fed to `completion` (TELEMETRY_TRACING_CONTENT), the
     provider's key scrubbed."""
 
+    passes_done: ClassVar[bool] = True
     writer: SseWriter
     outcome: Outcome
     secret: bytes | None

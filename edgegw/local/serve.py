@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import orjson
 import trio
@@ -307,6 +307,7 @@ class SieSink:
     events the client gets; `check` judges them before they go (a verdict against them ends
     the stream with its error). `finished`: the stream ended cleanly."""
 
+    passes_done: ClassVar[bool] = False  # its [DONE] ends the pump, the stream written whole
     writer: SieSseWriter
     outcome: Outcome
     normalizer: ChatStream

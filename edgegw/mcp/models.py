@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from edgegw._core import SseSplitter
 from edgegw.answer import Ending, StreamState
@@ -95,6 +95,7 @@ class RoundSink:
     """One round's stream (edgegw.pump's sink): its events folded into `turn` and relayed to
     the client's one stream (each round's `[DONE]` held back by `turn`)."""
 
+    passes_done: ClassVar[bool] = False  # the client's [DONE] comes after the last round
     client: ClientStream
     turn: Round
     secret: bytes | None
