@@ -154,7 +154,6 @@ async def serve(
                         first=opened.first,
                         keepalive=KeepAlive(KEEPALIVE_S, lambda: writer.comment(KEEPALIVE)),
                         stalled=("inter_chunk_timeout", "the worker stopped sending"),
-                        watched=ex,
                     )
                     finished = sink.finished
                 else:
