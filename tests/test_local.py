@@ -406,6 +406,21 @@ async def test_worker_dying_mid_stream_ends_with_an_error_event(
     assert all(c["finish_reason"] is None for c in last["choices"])
 
 
+async def test_a_worker_connection_is_kept_after_a_whole_stream(
+    gw: Gateway, worker: FakeSGLang
+) -> None:
+    # SGLang ends a stream with [DONE], then the body's chunked terminator: read to it, the
+    # connection serves the next request rather than a new one being opened for each stream.
+    await post(gw, CHAT)  # the worker's connection, opened and back in the pool
+    opened = gw.pool.connections_opened
+    for body in ({**CHAT, "stream": True}, {**CHAT, "stream": True, "n": 2}, CHAT):
+        resp = await post(gw, body)
+        assert resp.status == 200, resp.body
+        if body.get("stream"):
+            assert sse_data(resp.body)[-1] == b"[DONE]"
+    assert gw.pool.connections_opened == opened
+
+
 def events_id(events: list[bytes]) -> str:
     return str(orjson.loads(events[0])["id"])
 

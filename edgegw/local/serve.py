@@ -50,6 +50,10 @@ ABORT_TIMEOUT_S = 1.5
 # it comes well inside the profile's inter-chunk timeout (SIE's example: 15 s).
 KEEPALIVE_S = 5.0
 KEEPALIVE = b": keep-alive\n\n"
+# SGLang writes its stream's chunked terminator right after [DONE]; a worker slower than
+# this, or sending more than the terminator and its trailers, has its connection closed.
+TERMINATOR_WAIT_S = 1.0
+TERMINATOR_MAX_BYTES = 1024
 # retry_after_s in a mid-stream error chunk, for the codes whose retry time is known.
 RETRY_AFTER_S = {"shutting_down": 1.0}
 RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
@@ -156,6 +160,10 @@ async def serve(
                         stalled=("inter_chunk_timeout", "the worker stopped sending"),
                     )
                     finished = sink.finished
+                    if finished and not resp.complete:
+                        # The client has its whole stream: a hang-up now ends nothing.
+                        ex.answered()
+                        await _read_terminator(resp)
                 else:
                     payload = await resp.read(exchanges.max_response_bytes)
             finally:
@@ -297,6 +305,16 @@ async def _open(
             continue
         raise worker_error(resp.status, payload)
     return NoLocalWorker(reason or unavailable(candidates))
+
+
+async def _read_terminator(resp: Response) -> None:
+    """What follows a worker's [DONE] (its body's chunked terminator), read so that its
+    connection serves the next request; within TERMINATOR_WAIT_S, else it is closed."""
+    with trio.move_on_after(TERMINATOR_WAIT_S):
+        try:
+            await resp.read(TERMINATOR_MAX_BYTES)
+        except GatewayError:
+            pass  # bytes after [DONE], or a fault: the connection is not kept
 
 
 @dataclass(slots=True)
