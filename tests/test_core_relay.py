@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+from pathlib import Path
 
 import orjson
 import pytest
@@ -30,6 +31,7 @@ from .conftest import (
     wait_until,
 )
 from .rawhttp import Client, request, sse_data
+from .test_guardrails import policy_dir
 
 KEY = "sk-canary-0123456789abcdef"
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -246,12 +248,13 @@ async def test_the_sdk_reads_a_stream_the_core_relayed(
     await wait_until(lambda: gw.pool.idle_count() == 1)
 
 
-@pytest.mark.parametrize("relay", ["core", "pump"])
+@pytest.mark.parametrize("relay", ["core", "pump", "judged /proxy"])
 @pytest.mark.parametrize("watched", [False, True])
 async def test_a_client_that_leaves_after_done_had_the_whole_stream(
     nursery: trio.Nursery,
     bad: BadUpstream,
     caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
     relay: str,
     watched: bool,
 ) -> None:
@@ -259,8 +262,22 @@ async def test_a_client_that_leaves_after_done_had_the_whole_stream(
     # body's terminator (openai/_streaming.py). Its stream was whole: recorded 200, not 499,
     # and the upstream connection, read to its end, goes back to the pool. `watched`: the
     # stream lasts long enough for the disconnect watch to look at it (WATCH_DELAY_S).
-    core, pump = await both(nursery, bad)
-    gw = core if relay == "core" else pump
+    # "judged /proxy": a /proxy stream the guardrails judge as it passes (the pump's sink).
+    path = "/v1/chat/completions"
+    if relay == "judged /proxy":
+        path = "/proxy/openai/chat/completions"
+        gw = await start_gateway(
+            nursery,
+            {
+                "OPENAI_API_URL": f"http://127.0.0.1:{bad.port}/v1",
+                "OPENAI_API_KEY": KEY,
+                "GUARDRAILS_ENABLED": "true",
+                "GUARDRAILS_POLICY_DIR": str(policy_dir(tmp_path)),
+            },
+        )
+    else:
+        core, pump = await both(nursery, bad)
+        gw = core if relay == "core" else pump
     caplog.set_level(logging.INFO, "edgegw.access")
     before_done = 3 * WATCH_DELAY_S if watched else 0
     bad.script = Script(
@@ -271,7 +288,7 @@ async def test_a_client_that_leaves_after_done_had_the_whole_stream(
         ]
     )
     stream = await trio.open_tcp_stream("127.0.0.1", gw.port)
-    await Client(stream).send("POST", "/v1/chat/completions", STREAM)
+    await Client(stream).send("POST", path, STREAM)
     got = b""
     while b"data: [DONE]" not in got:
         data = await stream.receive_some(65536)
@@ -279,10 +296,10 @@ async def test_a_client_that_leaves_after_done_had_the_whole_stream(
         got += data
     await stream.aclose()
     await wait_until(lambda: gw.pool.idle_count() == 1)
-    await wait_until(lambda: any("/v1/chat/completions" in r.getMessage() for r in caplog.records))
-    [line] = [r.getMessage() for r in caplog.records if "/v1/chat/completions" in r.getMessage()]
+    await wait_until(lambda: any(path in r.getMessage() for r in caplog.records))
+    [line] = [r.getMessage() for r in caplog.records if path in r.getMessage()]
     assert line.split()[2] == "200", line
-    assert (core.handoff.handed if relay == "core" else 0) == (relay == "core")
+    assert (0 if gw.handoff is None else gw.handoff.handed) == (relay == "core")
 
 
 async def test_a_silent_upstream_fails_the_stream(
