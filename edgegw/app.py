@@ -28,8 +28,6 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import trio
-
 from edgegw._core import RequestError, UpstreamProtocolError
 from edgegw.asgi import Call, ClientGone, Receive, Scope, Send
 from edgegw.errors import (
@@ -90,6 +88,7 @@ class App:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
+        self.watch = gateway.exchanges.watch  # its `now`: the run's clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -99,7 +98,7 @@ class App:
             await _lifespan(receive, send)
 
     async def _http(self, call: Call) -> None:
-        started = trio.current_time()
+        started = self.watch.now()
         shape = ERROR_SHAPES.get(call.path)
         if shape is not None:
             call.errors = shape
@@ -134,7 +133,7 @@ class App:
                 )
                 await call.respond_json(500, body)
         finally:
-            duration_s = trio.current_time() - started
+            duration_s = self.watch.now() - started
             if call.trace is not None and call.trace.finish(call.final_status, error):
                 assert tracing is not None
                 tracing.wake()  # a whole batch of spans waits

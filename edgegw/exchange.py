@@ -180,7 +180,7 @@ class Exchanges:
         holds of the buffer budget, for the caller to give back once the body is no longer
         held); None when the client went away. A drain or a timeout is raised (503 / 504)."""
         charge = 0
-        started = trio.current_time()
+        started = self.watch.now()
         try:
             with WholeExchange(call.receive, started, self.first_byte_timeout_s, self.watch) as ex:
                 resp = await self.send(call, up, ex)
@@ -218,7 +218,7 @@ class Exchanges:
         relays whole at the hand-over waits for nothing after its head, and the pump or
         the core's relay wait in a scope of the exchange's (`scoped`)."""
         with WholeExchange(
-            call.receive, trio.current_time(), self.first_byte_timeout_s, self.watch
+            call.receive, self.watch.now(), self.first_byte_timeout_s, self.watch
         ) as ex:
             resp = await self.send(call, up, ex)
             try:

@@ -58,6 +58,8 @@ class ServerState:
     ) -> None:
         self.app = app
         self.limits = limits
+        # The run's clock, its own method: trio.current_time() is three Python calls.
+        self.now = trio.lowlevel.current_clock().current_time
         self.local = local
         self.cap = cap
         # HTTPS: each connection's TLS (edgegw.http1.tls). Handshakes in progress, oldest
@@ -225,7 +227,7 @@ class Connection:
                 if self.server.draining:
                     return None
                 if self.kept_alive:  # its timeout is reap_idle's
-                    self.idle_since = trio.current_time()
+                    self.idle_since = self.server.now()
                     self.server.idle[self] = None
                     self.waiting = True
                     try:

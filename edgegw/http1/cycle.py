@@ -210,7 +210,10 @@ class Cycle:
                 "ASGI application error on %s %s", self.scope["method"], self.scope["path"]
             )
             app_failed = True
-        if self.requests.cancel_called:  # an app that swallowed its Cancelled: settle outside
+        # An app that swallowed its Cancelled: settle outside. (This cycle alone cancels the
+        # connection's scope, `_fail` and `_stalled`: the scope's `cancel_called` reads the
+        # clock, every request.)
+        if self.failure is not None or self.wire.stalled:
             await trio.lowlevel.checkpoint()
         return await self.settle(app_failed)
 

@@ -48,7 +48,7 @@ class Recording:
     def __init__(self, gw: Gateway, call: Call, model: str, operation: str, stream: bool) -> None:
         self.gw, self.call, self.model = gw, call, model
         self.operation, self.stream = operation, stream
-        self.started = trio.current_time()
+        self.started = gw.exchanges.watch.now()
         self.provider = "unknown"
         self.outcome: Outcome | None = None
         self.ticket: Ticket | None = None
@@ -154,7 +154,7 @@ def record(
         provider=provider,
         model=model,
         status=status,
-        duration_s=trio.current_time() - started,
+        duration_s=gw.exchanges.watch.now() - started,
         ttft_s=ttft_s,
         usage=None if outcome is None else outcome.usage,
         tool_calls=[] if outcome is None else outcome.tool_calls,
