@@ -70,15 +70,24 @@ class Tenancy:
     ) -> Ticket:
         """Admit a request of `caller` for `model` (as the scope names it) whose prompt is
         at most `prompt_tokens` and whose answer at most `max_tokens`, or raise the refusal."""
+        estimate = prompt_tokens + max_tokens
+        tenant, key = caller.tenant, caller.key
+        if (
+            tenant.limits is NO_LIMITS
+            and key.limits is NO_LIMITS
+            and not (tenant.budgets or key.budgets or tenant.scope.patterns or key.scope.patterns)
+        ):
+            # Nothing to check or hold (every request of a gateway without tenants): the
+            # ticket settles its usage and cost only. The checks below cost 2 % of a request.
+            scopes = _scopes(caller) if self.counted else None
+            return Ticket(self, model, scopes, 0, estimate, prompt_tokens, ())
         if not caller.allows(model):
             raise fail(
                 "model_not_in_scope",
                 f"The model {model[:200]!r} is not among the models this key may use.",
                 param="model",
             )
-        estimate = prompt_tokens + max_tokens
-        tenant, key = caller.tenant, caller.key
-        scopes = (f"t/{tenant.name}", f"k/{tenant.name}/{key.name}")
+        scopes = _scopes(caller)
         if self.shared is None:
             return self._admit_here(caller, model, scopes, prompt_tokens, estimate, True)
         try:
@@ -233,6 +242,12 @@ def _retry_headers(wait: float) -> Headers:
     )
 
 
+def _scopes(caller: Caller) -> tuple[str, str]:
+    """The ledger's and the usage's rows of `caller`: its tenant's, its key's."""
+    tenant = caller.tenant.name
+    return f"t/{tenant}", f"k/{tenant}/{caller.key.name}"
+
+
 def _store_unavailable() -> GatewayError:
     return fail(
         "tenant_store_unavailable",
@@ -274,7 +289,7 @@ class Ticket:
         self,
         tenancy: Tenancy,
         model: str,
-        scopes: tuple[str, str],
+        scopes: tuple[str, str] | None,
         held: int,
         estimate: int,
         prompt_tokens: int,
@@ -282,7 +297,7 @@ class Ticket:
     ) -> None:
         self._tenancy = tenancy
         self.model = model
-        self._scopes = scopes
+        self._scopes = scopes  # None: nothing reads them (nothing held or counted)
         self._held = held  # the ledger's rows charged (bits: 1 the tenant, 2 the key)
         self.estimate = estimate
         self.prompt_tokens = prompt_tokens
@@ -310,8 +325,9 @@ class Ticket:
         self._open = False
         used = used_tokens(outcome, self.prompt_tokens)
         tenancy = self._tenancy
+        scopes = self._scopes
         if self._held:
-            scopes = self._scopes
+            assert scopes is not None
             tenancy._ledger.settle(scopes[0], scopes[1], self._held, self.estimate, used)
         usage = None if outcome is None else outcome.usage
         if not usage and used:  # no usage reported: priced as what was charged
@@ -325,10 +341,12 @@ class Ticket:
         else:
             nano, text = tenancy.prices.cost_nano(self.model, usage), None
         if self.shared is not None and tenancy.shared is not None:
+            assert scopes is not None
             back = self.estimate - used
-            tenancy.shared.settle(self.shared, self._scopes, back, used, nano or 0, tenancy._wall())
+            tenancy.shared.settle(self.shared, scopes, back, used, nano or 0, tenancy._wall())
         elif tenancy.counted:
-            tenancy.usage.add(self._scopes, used, nano or 0)
+            assert scopes is not None
+            tenancy.usage.add(scopes, used, nano or 0)
         if nano is not None and text is None:
             text = usd_text(nano)
         return used, nano, text
