@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
 from edgegw.errors import OPENAI_SHAPE, Headers, invalid_content_length, payload_too_large
-from edgegw.ids import random_bits
+from edgegw.ids import getrandbits
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -36,7 +36,7 @@ REQUEST_ID = re.compile(rb"[A-Za-z0-9._:+/=-]{1,%d}" % MAX_REQUEST_ID_CHARS)
 
 
 def new_request_id() -> str:
-    return random_bits(128).to_bytes(16, "big").hex()  # 32 digits; half a format spec's cost
+    return getrandbits(128).to_bytes(16, "big").hex()  # 32 digits; half a format spec's cost
 
 
 def request_id_of(headers: list[tuple[bytes, bytes]]) -> tuple[str, bool]:

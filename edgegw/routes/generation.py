@@ -75,7 +75,7 @@ async def generate(
     completions do once read, and what a translated Messages or Responses request does
     (edgegw.routes.translated)."""
     guard_headers: Headers = ()
-    if (guard := request_guard(gw, call, req)) is not None:
+    if gw.guardrails is not None and (guard := request_guard(gw, call, req)) is not None:
         # pre_call, for every target: a block is raised (403); redacted, the body is
         # parsed again (its model is the same), so what is forwarded is the new one.
         forwarded, guard_headers = await guard.pre_call(body)
@@ -323,9 +323,10 @@ async def _attempt(
 def _target(gw: Gateway, call: Call, model: str) -> tuple[Local | Remote, bool]:
     """Where the request goes, and whether it named a local model's profile
     (`model:profile`, served as written: never a fallback)."""
-    named = named_profile(gw.fleet.models, model) if call.provider_param() is None else None
+    param = call.provider_param()
+    named = named_profile(gw.fleet.models, model) if param is None else None
     if named is None:
-        return gw.resolver.generation(model, call.provider_param()), False
+        return gw.resolver.generation(model, param), False
     rt, remote = named
     gw.resolver.check_allowed("local", rt.profile.name)
     if remote:

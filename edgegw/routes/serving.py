@@ -60,9 +60,10 @@ async def serve_remote(
     unsupported = req.remote_unsupported
     if drop:
         unsupported = tuple(f for f in unsupported if f not in drop)
-    refuse_unsupported(unsupported, req.features)
+    if unsupported or req.features:
+        refuse_unsupported(unsupported, req.features)
     assert remote.model is not None
-    offered = mcp_agent.offer(gw.mcp, call, req)
+    offered = None if gw.mcp is None else mcp_agent.offer(gw.mcp, call, req)
     body, ask_usage = provider_body(
         req, target, remote.model, drop, None if offered is None else offered.json
     )
@@ -76,7 +77,7 @@ async def serve_remote(
         hidden_usage=ask_usage,
         retry=retry if screen is None else "none",
     )
-    guard = request_guard(gw, call, req)
+    guard = None if gw.guardrails is None else request_guard(gw, call, req)
     if offered is not None:
         assert gw.mcp is not None
         if screen is not None:
