@@ -41,6 +41,7 @@ ANONYMOUS_KEY = "-"
 class ClientKeys:
     __slots__ = (
         "current",
+        "required",
         "_fixed",
         "_path",
         "_seen",
@@ -65,6 +66,8 @@ class ClientKeys:
         # With the admin API on, keys are required even before it has made one.
         self._admin_api = settings.tenants_admin_key is not None
         self.current: KeyFile = settings.key_file
+        # Whether a request needs a key: an attribute, not a property, as every request asks.
+        self.required = bool(self.current.keys) or self._admin_api
         self._anonymous: tuple[KeyFile, Caller] | None = None  # the last, for its key file
         self._fixed = settings.api_keys_fixed
         self._path = settings.api_keys_file
@@ -73,10 +76,6 @@ class ClientKeys:
         self._claim = (
             None if settings.tenants_oidc_claim is None else settings.tenants_oidc_claim.split(".")
         )
-
-    @property
-    def required(self) -> bool:
-        return bool(self.current.keys) or self._admin_api
 
     def _admin_keys(self) -> Mapping[bytes, Key]:
         lines = self._admin_lines()
@@ -177,6 +176,7 @@ class ClientKeys:
             return
         if key_file != self.current:
             self.current = key_file
+            self.required = True  # it holds keys
             log.info(
                 "EDGEGW_API_KEYS_FILE re-read: %d client key(s), %d tenant(s)",
                 len(key_file.keys),

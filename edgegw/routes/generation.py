@@ -51,7 +51,7 @@ log = logging.getLogger("edgegw.app")
 
 async def _generation(parse: Callable[[bytes], ParsedRequest], gw: Gateway, call: Call) -> None:
     body = await call.read_body(gw.settings.max_body_bytes)
-    req = parse_traced(call, parse, body)
+    req = parse(body) if call.trace is None else parse_traced(call, parse, body)
     operation = "chat" if req.endpoint == "chat" else "text_completion"
     with Recording(gw, call, req.model, operation, req.stream) as rec:
         rec.outcome = await generate(gw, call, req, body, parse, rec)
@@ -81,7 +81,7 @@ async def generate(
         forwarded, guard_headers = await guard.pre_call(body)
         if forwarded is not body:
             req = parse(forwarded)
-    plan = _decide_traced(gw, call, req)
+    plan = _decide(gw, call, req) if call.trace is None else _decide_traced(gw, call, req)
     await rec.admit(_scoped(plan, req), _prompt_tokens(plan, body), _max_tokens(gw, req))
     return await _do(gw, call, req, plan, guard_headers, rec)
 
@@ -138,10 +138,9 @@ Plan = Routed | ServedLocally | ServedRemotely
 
 
 def _decide_traced(gw: Gateway, call: Call, req: ParsedRequest) -> Plan:
-    """`_decide`, with tracing on recorded whole as the `route` span (one call)."""
+    """`_decide` recorded whole as the `route` span (a traced request's)."""
     trace = call.trace
-    if trace is None:
-        return _decide(gw, call, req)
+    assert trace is not None
     started = time.time_ns()
     try:
         plan = _decide(gw, call, req)
@@ -324,7 +323,8 @@ def _target(gw: Gateway, call: Call, model: str) -> tuple[Local | Remote, bool]:
     """Where the request goes, and whether it named a local model's profile
     (`model:profile`, served as written: never a fallback)."""
     param = call.provider_param()
-    named = named_profile(gw.fleet.models, model) if param is None else None
+    models = gw.fleet.models
+    named = named_profile(models, model) if param is None and models else None
     if named is None:
         return gw.resolver.generation(model, param), False
     rt, remote = named
