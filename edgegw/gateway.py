@@ -98,9 +98,7 @@ def build_gateway(
         deadline_s=settings.retry_deadline_s,
     )
     catalog = ModelCatalog(settings, pool, targets)
-    prices = Prices(
-        settings.model_prices, lambda model: catalog.community.find_loaded(model, "pricing")
-    )
+    prices = Prices(settings.model_prices, catalog.community)
     tenancy = _tenancy(settings, prices)
     return Gateway(
         settings=settings,

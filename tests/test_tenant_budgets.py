@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from edgegw.keyfile import NANO_USD, Budget, KeyFileError, parse_key_file
 from edgegw.mock import MockConfig, MockUpstream
+from edgegw.models.community import CommunityEntry, CommunityTable
 from edgegw.settings import Settings, SettingsError
 from edgegw.tenants.budgets import period_end, period_key
 from edgegw.tenants.pricing import Prices, usd_text
@@ -145,6 +146,31 @@ def test_a_cost_in_whole_femto_dollars_is_the_exact_decimal_one(
     text = f"{Decimal(exact) / NANO_USD:f}"
     plain = text.rstrip("0").rstrip(".") if "." in text else text
     assert usd_text(exact) == (plain or "0")  # a free model's cost is "0", not ""
+
+
+def test_the_community_table_prices_a_model_once_it_is_loaded() -> None:
+    looked_up: list[str] = []
+
+    class Entries(dict):
+        def get(self, key, default=None):
+            looked_up.append(key)
+            return super().get(key, default)
+
+    pricing = {"input_per_token": "0.000001", "output_per_token": "0.000002"}
+    table = CommunityTable(load=lambda: Entries({"openai/m": CommunityEntry(pricing=pricing)}))
+    prices = Prices({}, table)
+    usage = {"prompt_tokens": 10, "completion_tokens": 5}
+    # Not loaded yet: no request waits for it, nothing is priced from it.
+    assert prices.cost_nano("openai/m", usage) is None and not looked_up
+    assert len(table) == 1  # loaded (as /v1/models or the tenants' start load it)
+    looked_up.clear()
+    assert prices.cost_nano("openai/m", usage) == 20_000
+    assert prices.cost_nano("openai/unpriced", usage) is None
+    asked = len(looked_up)
+    # Found or not, a model is looked up in the loaded table once.
+    assert prices.cost_nano("openai/m", usage) == 20_000
+    assert prices.cost_nano("openai/unpriced", usage) is None
+    assert len(looked_up) == asked
 
 
 async def test_what_a_request_cost_in_its_header_log_metrics_and_span(

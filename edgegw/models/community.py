@@ -145,6 +145,8 @@ class CommunityTable:
         load: Callable[[], Entries] | None = None,
     ) -> None:
         self._entries = entries
+        # Whether the entries are in (pricing reads this on every request of an unpriced model).
+        self.loaded = entries is not None
         self._load = load
         self._loading = trio.Lock()
         self.origin = origin
@@ -153,6 +155,7 @@ class CommunityTable:
     def entries(self) -> Entries:
         if self._entries is None:
             self._entries = self._load_now()
+            self.loaded = True
         return self._entries
 
     async def ready(self) -> None:
@@ -162,6 +165,7 @@ class CommunityTable:
         async with self._loading:
             if self._entries is None:
                 self._entries = await trio.to_thread.run_sync(self._load_now)
+                self.loaded = True
 
     def _load_now(self) -> Entries:
         if self._load is None:
@@ -183,10 +187,6 @@ class CommunityTable:
             if entry is not None and (value := getattr(entry, field)) is not None:
                 return value
         return None
-
-    def find_loaded(self, model_id: str, field: str) -> Any:
-        """`find`, answering None until the table is loaded (never loading it)."""
-        return None if self._entries is None else self.find(model_id, field)
 
 
 EMPTY_TABLE = CommunityTable({})

@@ -2,25 +2,25 @@
 whole numbers: edgegw.keyfile.NANO_USD).
 
 A model's price is MODEL_PRICES' when it names the model (remote `provider/model`, a local
-model's name, an alias), else the community table's (edgegw.models.community, through the
-`community` lookup the gateway passes in, which answers only once the table is loaded, so
-that no request waits for it). Cached tokens are charged at the input rate.
+model's name, an alias), else the community table's (edgegw.models.community), once that
+table is loaded (by /v1/models or, with tenants, at start): no request waits for it. Cached
+tokens are charged at the input rate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Protocol
 
 from edgegw.keyfile import NANO_USD
 
 # The usage members of each API: (input, output).
 INPUT_MEMBERS = ("prompt_tokens", "input_tokens")
 OUTPUT_MEMBERS = ("completion_tokens", "output_tokens")
-# Models whose price was looked up, remembered (a price missing is remembered too, until
-# the community table loads).
+# Models whose price was looked up in the loaded community table, remembered (a price
+# missing too).
 MAX_CACHED = 4096
 
 
@@ -44,11 +44,28 @@ class Price:
         object.__setattr__(self, "output_femto", int(self.output * scale))
 
 
+class PriceTable(Protocol):
+    """The community table as pricing reads it (edgegw.models.community.CommunityTable)."""
+
+    # An attribute, not a call: every unpriced request reads it.
+    loaded: bool
+
+    def find(self, model_id: str, field: str) -> Any: ...
+
+
+class _NoTable:
+    loaded = True
+
+    def find(self, model_id: str, field: str) -> Any:
+        return None
+
+
+NO_TABLE = _NoTable()
+
+
 class Prices:
     def __init__(
-        self,
-        overrides: Mapping[str, tuple[Decimal, Decimal]],
-        community: Callable[[str], Mapping[str, Any] | None] = lambda _m: None,
+        self, overrides: Mapping[str, tuple[Decimal, Decimal]], community: PriceTable = NO_TABLE
     ) -> None:
         self._overrides = {m: Price(i, o) for m, (i, o) in overrides.items()}
         self._community = community
@@ -60,11 +77,12 @@ class Prices:
             return self._overrides[low]
         if low in self._cache:
             return self._cache[low]
-        found = _price(self._community(model))
-        if found is not None:  # a miss is asked again: the table may not be loaded yet
-            if len(self._cache) >= MAX_CACHED:
-                self._cache.clear()
-            self._cache[low] = found
+        if not self._community.loaded:  # nothing else prices it yet (1 % of a request)
+            return None
+        found = _price(self._community.find(model, "pricing"))
+        if len(self._cache) >= MAX_CACHED:
+            self._cache.clear()
+        self._cache[low] = found  # the loaded table is the one for good
         return found
 
     def cost_nano(self, model: str, usage: Mapping[str, Any] | None) -> int | None:
