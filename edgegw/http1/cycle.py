@@ -157,7 +157,7 @@ class Cycle:
         self.continue_sent = False
         self.held = b""
         self.hold_head = False  # a chunked head waits for the core's relay to write it
-        self.requests = requests  # the connection's: ending this request ends it too
+        self.requests = requests  # the connection's; only `_fail` and `_stalled` cancel it
         self.failure: tuple[int, str, str] | None = None
         self.over = False
         self.reader_active = False
@@ -210,10 +210,7 @@ class Cycle:
                 "ASGI application error on %s %s", self.scope["method"], self.scope["path"]
             )
             app_failed = True
-        # An app that swallowed its Cancelled: settle outside. (This cycle alone cancels the
-        # connection's scope, `_fail` and `_stalled`: the scope's `cancel_called` reads the
-        # clock, every request.)
-        if self.failure is not None or self.wire.stalled:
+        if self.failure is not None or self.wire.stalled:  # an app swallowed its Cancelled
             await trio.lowlevel.checkpoint()
         return await self.settle(app_failed)
 
