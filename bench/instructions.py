@@ -23,11 +23,14 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import trustme
 
 from bench import gopeer
 from bench.features import FEATURES, KEY, configurations
@@ -123,6 +126,15 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, Path,
                             b'"openai/mock-slow-first-byte-%d"' % ns.first_byte_ms)  # fmt: skip
     valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                 f"--callgrind-out-file={out}/callgrind.out.%p"]  # fmt: skip
+    client_tls = None
+    if ns.tls:  # the gateway terminates TLS (HTTPS listener), a throwaway certificate
+        ca = trustme.CA()
+        leaf = ca.issue_cert("127.0.0.1")
+        leaf.private_key_and_cert_chain_pem.write_to_path(str(out / "leaf.pem"))
+        env = {**env, "SERVER_TLS_CERT_PATH": str(out / "leaf.pem"),
+               "SERVER_TLS_KEY_PATH": str(out / "leaf.pem")}  # fmt: skip
+        client_tls = ssl.create_default_context()
+        ca.configure_trust(client_tls)
     full = {**os.environ, **edgegw_env(mock_port, 1, {**env, "PYTHONHASHSEED": "0"})}
     with open(out / "valgrind.log", "w") as log:
         tokens = (
@@ -139,6 +151,8 @@ def _count(binary: Path, name: str, ns: argparse.Namespace) -> tuple[Path, Path,
         while True:
             try:
                 sock = socket.create_connection(("127.0.0.1", port), 1)
+                if client_tls is not None:
+                    sock = client_tls.wrap_socket(sock, server_hostname="127.0.0.1")
                 break
             except OSError:
                 if time.monotonic() > deadline or gw.poll() is not None:
@@ -237,6 +251,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "next is there before the gateway, slowed down by callgrind, reads "
                         "for it; a pause makes each request begin with the keep-alive wait, "
                         "as one client's sequential requests do")  # fmt: skip
+    p.add_argument("--tls", action="store_true",
+                   help="the client's connection over TLS, which the gateway terminates")  # fmt: skip
     p.add_argument("--token-rate", type=float, default=0.0,
                    help="with --stream: the mock's tokens a second (0: unpaced; paced, each event "
                         "is a wake-up of its own, as a model's are)")  # fmt: skip
