@@ -25,6 +25,7 @@ __all__ = [
     "parse_rerank_request",
     "MAX_JSON_DEPTH",
     "gunzip_capped",
+    "without_usage",
     "decode_otlp_metrics",
     "encode_otlp_metrics_response",
     "OTLP_MAX_DECODED_BYTES",
@@ -240,6 +241,9 @@ OTLP_MAX_DATA_POINTS: int
 OTLP_MAX_ATTRIBUTES: int
 
 def gunzip_capped(data: bytes, cap: int) -> bytes: ...
+
+# Whole SSE events written again without the usage the client did not ask for.
+def without_usage(data: bytes) -> bytes: ...
 
 # Points by kind: gauge/sum (attributes, value); histogram (attributes, count, sum,
 # bucket_counts, explicit_bounds); exponential_histogram/summary (attributes,).

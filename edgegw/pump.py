@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import trio
 
-from edgegw._core import SseSplitter, UpstreamProtocolError
+from edgegw._core import SseSplitter, UpstreamProtocolError, without_usage
 from edgegw.answer import Outcome, SseWriter
 from edgegw.bodies import scrub, stream_decoder
 from edgegw.errors import GatewayError
-from edgegw.tap import TAPS, has_usage, without_usage
+from edgegw.tap import TAPS, has_usage
 from edgegw.upstream import Response
 
 if TYPE_CHECKING:
@@ -198,7 +198,7 @@ class RelaySink:
             withheld = withheld or (self.hidden_usage and has_usage(piece))
         if withheld:
             # Once a stream: its whole events split again, to be written without it.
-            data = without_usage(SseSplitter().feed(data))
+            data = without_usage(data)
         if not data:
             return True
         if self.check is not None:

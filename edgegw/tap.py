@@ -1,7 +1,7 @@
-"""What a relay reads from the events it passes on: usage and tool-call names (`tap`), and,
-for a client that did not ask for usage the gateway asked for, the events written again
-without it (`without_usage`); and the text each API's events carry (`text_*`), which the
-guardrails judge as a stream passes."""
+"""What a relay reads from the events it passes on: usage and tool-call names (`tap`), whether
+an event carries usage (`has_usage`: for a client that did not ask for the usage the gateway
+asked for, the core's `without_usage` writes the events again without it); and the text each
+API's events carry (`text_*`), which the guardrails judge as a stream passes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import orjson
 
-from edgegw._core import SseEvent
 from edgegw.answer import Outcome
 
 # Finish reasons kept per answer (one per choice; `n` is bounded by the providers).
@@ -59,32 +58,6 @@ def usage_of(data: bytes) -> bytes:
             if depth == 0:
                 return b'{"usage":' + data[start : i + 1] + b"}"
     return b""
-
-
-def without_usage(events: list[SseEvent]) -> bytes:
-    """Whole events written again without the usage the client did not ask for: a chunk
-    that carries only usage (no choices) is dropped, a content chunk loses its `usage`."""
-    out = bytearray()
-    for event in events:
-        data = event.data
-        if not event.is_done and has_usage(data):
-            try:
-                doc = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                doc = None
-            if isinstance(doc, dict):
-                if not doc.get("choices"):
-                    continue
-                del doc["usage"]
-                data = orjson.dumps(doc)
-        if event.event is not None:
-            out += b"event: " + event.event.encode() + b"\n"
-        if event.id is not None:
-            out += b"id: " + event.id.encode() + b"\n"
-        for line in data.split(b"\n"):
-            out += b"data: " + line + b"\n"
-        out += b"\n"
-    return bytes(out)
 
 
 def tap(data: bytes, outcome: Outcome, part: str) -> None:

@@ -452,6 +452,15 @@ mod binding {
         }
     }
 
+    /// Whole SSE events written again without the usage the client did not ask for (the
+    /// pump's; the core's relay does the same to its streams): a chunk with only usage is
+    /// dropped, a content chunk loses its `usage`.
+    #[pyfunction]
+    fn without_usage<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+        let events = sse::SseSplitter::new(sse::DEFAULT_MAX_EVENT_BYTES).feed(data)?;
+        Ok(PyBytes::new(py, &crate::relay::without_usage(&events)))
+    }
+
     /// Decode gzip (concatenated members too) into at most `cap` bytes, without the GIL.
     #[pyfunction]
     fn gunzip_capped<'py>(
@@ -966,6 +975,7 @@ mod binding {
         m.add_function(wrap_pyfunction!(parse_rerank_request, m)?)?;
         m.add("MAX_JSON_DEPTH", crate::json::MAX_DEPTH)?;
         m.add_function(wrap_pyfunction!(gunzip_capped, m)?)?;
+        m.add_function(wrap_pyfunction!(without_usage, m)?)?;
         m.add_function(wrap_pyfunction!(decode_otlp_metrics, m)?)?;
         m.add_function(wrap_pyfunction!(encode_otlp_metrics_response, m)?)?;
         m.add("OTLP_MAX_DECODED_BYTES", otlp::MAX_DECODED_BYTES)?;
