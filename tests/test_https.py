@@ -6,6 +6,7 @@ limits over TLS: tests/test_front_door.py."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import warnings
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ import trio
 import trustme
 from openai import OpenAI
 
+from edgegw.http1.tls import TlsWire, server_context
 from edgegw.mock import MockConfig, MockUpstream
 from edgegw.settings import Settings, SettingsError
 
@@ -215,3 +217,43 @@ def test_client_tls_minimum_is_applied() -> None:
     assert (
         Settings.load(environ={"CLIENT_TLS_MIN_VERSION": "tls13"}).client_tls_min_version == "TLS13"
     )
+
+
+async def test_a_write_behind_one_blocked_mid_send_leaves_after_it(
+    cert_files: dict[str, str], client_ctx: ssl.SSLContext
+) -> None:
+    # The connection layer's TLS: records leave in the order they were made, though the
+    # first write blocks on a full socket while the second is made.
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    context = server_context(
+        cert_files["SERVER_TLS_CERT_PATH"], cert_files["SERVER_TLS_KEY_PATH"], ["http/1.1"]
+    )
+    wire = TlsWire(ours, 10.0, context)
+    client = trio.SSLStream(
+        trio.SocketStream(trio.socket.from_stdlib_socket(theirs)),
+        client_ctx,
+        server_hostname="127.0.0.1",
+    )
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client.do_handshake)
+        assert await wire.handshake()
+    first, second = b"a" * (8 << 20), b"b" * 1000  # more than the socket pair holds
+    done: list[bool] = []
+
+    async def write(data: bytes) -> None:
+        done.append(await wire.write(data))
+
+    got = bytearray()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write, first)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(write, second)
+        await trio.testing.wait_all_tasks_blocked()
+        assert done == []  # the first is blocked, the second waits behind it
+        while len(got) < len(first) + len(second):
+            got += await client.receive_some(1 << 20)
+    assert done == [True, True]
+    assert got == first + second
+    await wire.close()
+    await client.aclose()
