@@ -54,7 +54,7 @@ class TlsWire(Wire):
         self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
         # One flush at a time, so that records leave in order: a flag and, while a flush
         # blocked mid-send has another waiting, an event (a trio.Lock's acquire and release
-        # were 7 % of a paced TLS stream's Python, bench/README.md).
+        # were 6 % of a paced TLS stream's instructions, bench/README.md).
         self.flushing = False
         self.flushed: trio.Event | None = None
 

@@ -78,7 +78,7 @@ class Tenancy:
             and not (tenant.budgets or key.budgets or tenant.scope.patterns or key.scope.patterns)
         ):
             # Nothing to check or hold (every request of a gateway without tenants): the
-            # ticket settles its usage and cost only. The checks below cost 2 % of a request.
+            # ticket settles its usage and cost only. The checks below cost 1 % of a request.
             scopes = _scopes(caller) if self.counted else None
             return Ticket(self, model, scopes, 0, estimate, prompt_tokens, ())
         if not caller.allows(model):

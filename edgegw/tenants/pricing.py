@@ -77,7 +77,7 @@ class Prices:
             return self._overrides[low]
         if low in self._cache:
             return self._cache[low]
-        if not self._community.loaded:  # nothing else prices it yet (1 % of a request)
+        if not self._community.loaded:  # nothing else prices it yet (0.6 % of a request)
             return None
         found = _price(self._community.find(model, "pricing"))
         if len(self._cache) >= MAX_CACHED:
