@@ -194,6 +194,7 @@ class Script:
     cached_tokens: int = 0  # meta_info.cached_tokens (capped at the prompt length)
     first_chunk_delay_s: float = 0.0  # before the first decode step
     token_delay_s: float = 0.0  # before each later step
+    end_delay_s: float = 0.0  # a stream's chunked terminator this long after its [DONE]
     fail_status: int | None = None  # answer /generate and /v1/* with this status at once
     crash_after_tokens: int | None = None  # cut the connection after k decode steps
     finish_abort: str | None = None  # end every candidate at once: abort, status_code 400
@@ -661,6 +662,8 @@ class FakeSGLang:
                 if not await _drive(gen, update):
                     return False
                 await out.send_data(render.tail())
+                if self.script.end_delay_s:
+                    await trio.sleep(self.script.end_delay_s)
                 await out.end()
                 return True
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from edgegw.mock import MockUpstream
 
 from .conftest import Gateway, openai_client, start_gateway, upstream_env, wait_until
 from .fake_sglang import FakeSGLang, Script
-from .rawhttp import request, sse_data
+from .rawhttp import Client, request, sse_data
 
 CHAT = {"model": "qwen3-8b", "messages": [{"role": "user", "content": "hello there"}]}
 
@@ -419,6 +420,30 @@ async def test_a_worker_connection_is_kept_after_a_whole_stream(
         if body.get("stream"):
             assert sse_data(resp.body)[-1] == b"[DONE]"
     assert gw.pool.connections_opened == opened
+
+
+async def test_a_worker_slow_to_end_its_stream_has_its_connection_closed(
+    gw: Gateway,
+    worker: FakeSGLang,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The client's stream ends at the worker's [DONE]; the worker's terminator is waited for
+    # TERMINATOR_WAIT_S (1 s), not as long as it takes (virtual time). The client stays
+    # connected, as a keep-alive client does: its hang-up would end the wait anyway.
+    caplog.set_level(logging.INFO, "edgegw.access")
+    worker.script.end_delay_s = 30.0
+    start = trio.current_time()
+    client = Client(await trio.open_tcp_stream("127.0.0.1", gw.port))
+    await client.send("POST", "/v1/chat/completions", {**CHAT, "stream": True})
+    reply = await client.reply()
+    assert reply.complete and sse_data(reply.body)[-1] == b"[DONE]"
+    assert trio.current_time() - start < 1  # the client's stream did not wait for the worker
+    await trio.sleep(2)
+    [line] = [r.getMessage() for r in caplog.records if r.name == "edgegw.access"]
+    assert line.split()[2] == "200", line
+    assert gw.pool.open_connections == 0  # not kept: the worker did not end its body in time
+    await client.stream.aclose()
 
 
 def events_id(events: list[bytes]) -> str:
